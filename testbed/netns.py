@@ -1,0 +1,202 @@
+"""Named network namespaces, made in-process (no fork per namespace), compatible with ``ip netns``.
+
+A namespace is made by a worker thread that unshares its own network namespace and bind-mounts
+``/proc/thread-self/ns/net`` on ``/run/netns/<name>``; the main thread never changes namespace. Threads only
+help here (namespace creation is not serialised on the rtnl lock). Mount-point files are hard links of one
+anchor inode: on ext4, many create/delete cycles of distinct files made mounting slow (DESIGN.md §3).
+
+Every namespace this tool makes starts with ``PREFIX``; that is how ``testbed clean`` finds leftovers and why it
+never touches anything else.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import socket
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterable, TypeVar
+
+PREFIX = "ftb-"
+NETNS_DIR = "/run/netns"
+STATE_DIR = "/run/fabric-testbed"
+_ANCHOR = os.path.join(STATE_DIR, "netns-anchor")     # outside NETNS_DIR so `ip netns list` never shows it
+
+CLONE_NEWNET = 0x40000000
+MS_BIND = 0x1000
+MNT_DETACH = 0x2
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+T = TypeVar("T")
+
+
+class NetnsError(Exception):
+    pass
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        e = ctypes.get_errno()
+        raise NetnsError(f"{what}: {os.strerror(e)}")
+
+
+def path(name: str) -> str:
+    return os.path.join(NETNS_DIR, name)
+
+
+def exists(name: str) -> bool:
+    return os.path.ismount(path(name))
+
+
+def list_names(prefix: str = PREFIX) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(NETNS_DIR) if n.startswith(prefix))
+    except FileNotFoundError:
+        return []
+
+
+def _prepare_dir() -> None:
+    os.makedirs(NETNS_DIR, exist_ok=True)
+    os.makedirs(STATE_DIR, exist_ok=True)
+    if not os.path.exists(_ANCHOR):
+        open(_ANCHOR, "a").close()
+
+
+def _create_one(name: str) -> None:
+    p = path(name)
+    try:
+        os.link(_ANCHOR, p)
+    except FileExistsError:
+        raise NetnsError(f"network namespace {name} already exists") from None
+    except OSError:                       # another filesystem (tmpfs /run/netns): a plain file then
+        os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_RDONLY))
+    _check(_libc.unshare(CLONE_NEWNET), f"unshare for {name}")
+    _check(_libc.mount(b"/proc/thread-self/ns/net", p.encode(), b"none", MS_BIND, None), f"mount {p}")
+
+
+def _worker(names: list[str], errors: list) -> None:
+    # Each call to unshare leaves this thread in the namespace just made; the thread ends there.
+    for n in names:
+        try:
+            _create_one(n)
+        except Exception as e:           # noqa: BLE001 — collected and re-raised by create()
+            errors.append(e)
+            return
+
+
+def create(names: Iterable[str], threads: int = 2) -> None:
+    """Create every named namespace; on any failure remove the ones made and raise."""
+    names = list(names)
+    _prepare_dir()
+    errors: list = []
+    chunks = [names[i::threads] for i in range(threads)]
+    workers = [threading.Thread(target=_worker, args=(c, errors)) for c in chunks if c]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        delete(n for n in names if exists(n))
+        raise errors[0]
+
+
+def delete(names: Iterable[str]) -> None:
+    """Unmount and unlink; the kernel frees a namespace (and its veths) when nothing holds it."""
+    for n in names:
+        p = path(n)
+        if os.path.ismount(p):
+            _libc.umount2(p.encode(), MNT_DETACH)
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+def enter(name: str) -> None:
+    """Move the calling thread (or a freshly forked child) into the namespace."""
+    fd = os.open(path(name), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _check(_libc.setns(fd, CLONE_NEWNET), f"setns {name}")
+    finally:
+        os.close(fd)
+
+
+def run_in(name: str, fn: Callable[..., T], *args, **kwargs) -> T:
+    """Call ``fn`` in a short-lived thread inside ``name``: sockets it opens stay in that namespace,
+    and ``/proc/sys/net`` it writes is that namespace's."""
+    box: dict = {}
+
+    def body():
+        try:
+            enter(name)
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as e:       # noqa: BLE001 — re-raised in the caller
+            box["error"] = e
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def run_many(names: Iterable[str], fn: Callable[[str], T], threads: int = 2) -> list[T]:
+    """``fn(name)`` inside each namespace, a few worker threads at a time."""
+    def one(n):
+        return run_in(n, fn, n)
+    with ThreadPoolExecutor(max_workers=threads) as ex:
+        return list(ex.map(one, names))
+
+
+def netlink_socket(name: str, rcvbuf: int = 4 << 20) -> socket.socket:
+    """A NETLINK_ROUTE socket that lives in ``name`` (whatever thread uses it later)."""
+    def make():
+        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, 33, rcvbuf)     # SO_RCVBUFFORCE
+            s.setsockopt(socket.SOL_SOCKET, 32, rcvbuf)     # SO_SNDBUFFORCE
+        except OSError:
+            pass
+        s.bind((0, 0))
+        return s
+    return run_in(name, make)
+
+
+def write_sysctl(name: str, key: str, value) -> None:
+    """Write ``net.*`` sysctl ``key`` (dotted) inside the namespace."""
+    def w():
+        with open("/proc/sys/" + key.replace(".", "/"), "w") as f:
+            f.write(str(value))
+    run_in(name, w)
+
+
+def spawn(name: str, argv: list[str], **popen_kwargs) -> subprocess.Popen:
+    """Start a process inside the namespace (like ``ip netns exec``, without shelling out)."""
+    fd = os.open(path(name), os.O_RDONLY)
+
+    def pre():
+        if _libc.setns(fd, CLONE_NEWNET) != 0:
+            os._exit(126)
+
+    try:
+        return subprocess.Popen(argv, preexec_fn=pre, pass_fds=(fd,), **popen_kwargs)
+    finally:
+        os.close(fd)
+
+
+def raise_nofile(n: int = 1 << 16) -> None:
+    """Large fabrics hold one socket and one namespace fd per node."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(max(soft, n), hard)
+    if want > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+__all__ = ["PREFIX", "NetnsError", "create", "delete", "enter", "exists", "list_names", "netlink_socket",
+           "path", "raise_nofile", "run_in", "run_many", "spawn", "write_sysctl", "errno"]
