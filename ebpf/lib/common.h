@@ -1,0 +1,117 @@
+/* Shared definitions of the fabric switch datapath: constants, map value layouts, byte order.
+ *
+ * The Python side (testbed/datapath) reads these layouts through BCC's generated ctypes types, so a field
+ * added here is visible there by name; keep names stable. Sizes come from -D flags set by the loader so maps
+ * are proportionate to the topology.
+ */
+#ifndef FTB_COMMON_H
+#define FTB_COMMON_H
+
+#include <uapi/linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/in.h>
+
+#ifndef MAX_NH
+#define MAX_NH 16                 /* next hops in one group (ports[] size) */
+#endif
+#ifndef PORT_SLOTS
+#define PORT_SLOTS 1024           /* port maps are arrays indexed by ifindex: largest ifindex + 1 */
+#endif
+#ifndef N_SWITCHES
+#define N_SWITCHES 64
+#endif
+#ifndef FIB_SIZE
+#define FIB_SIZE 4096
+#endif
+#ifndef FLOW_SIZE
+#define FLOW_SIZE 16384           /* LRU: per-(switch, 5-tuple) state at switches with a choice */
+#endif
+
+#define FTB_ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* Hide what the compiler knows about a value, so an explicit bounds check survives optimisation and the
+ * verifier sees it (clang drops `slot >= MAX_NH` when it can prove slot < n <= MAX_NH by other paths). */
+#define ftb_opaque(x) asm volatile("" : "+r"(x))
+
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define ftb_htons(x) __builtin_bswap16(x)
+#define ftb_ntohs(x) __builtin_bswap16(x)
+#define ftb_ntohl(x) __builtin_bswap32(x)
+#else
+#define ftb_htons(x) (x)
+#define ftb_ntohs(x) (x)
+#define ftb_ntohl(x) (x)
+#endif
+
+/* Load-balancing modes (sw_config.mode) and spray kinds (sw_config.spray). */
+enum { MODE_ECMP = 0, MODE_FLOWLET = 1, MODE_SPRAY = 2 };
+enum { SPRAY_RANDOM = 0, SPRAY_ROUND_ROBIN = 1 };
+
+/* Drop reasons: index into port_stats.drops and drop_reasons. Mirrored in testbed/datapath DROP_REASONS. */
+enum {
+	DROP_NOT_IPV4 = 0,        /* not an IPv4 frame (IPv6, ARP, …) */
+	DROP_MALFORMED = 1,       /* truncated or bad IPv4 header */
+	DROP_NO_ROUTE = 2,        /* no FIB entry for (switch, dst) */
+	DROP_EMPTY_GROUP = 3,     /* FIB entry with no next hop (unknown local address) */
+	DROP_TTL = 4,             /* TTL would expire */
+	DROP_NO_PORT = 5,         /* ingress ifindex is not a switch port (only in drop_reasons) */
+	DROP_BAD_EGRESS = 6,      /* next hop is not a known port: inconsistent maps */
+	DROP_MAX = 7,
+};
+
+#define PORT_VALID 1
+
+struct port_info {                /* ports[ifindex] */
+	__u32 switch_id;
+	__u32 flags;              /* PORT_VALID when this ifindex is a switch port */
+	__u8 mac[ETH_ALEN];       /* this port's MAC: source of frames it sends */
+	__u8 peer_mac[ETH_ALEN];  /* MAC at the other end of its link: destination of those frames */
+};
+
+struct fib_key {                  /* LPM key: prefixlen covers switch_id (32 bits) + IPv4 prefix */
+	__u32 prefixlen;
+	__u32 switch_id;
+	__u32 addr;               /* network byte order */
+};
+
+struct nh_group {
+	__u32 n;                  /* 0: drop */
+	__u32 ports[MAX_NH];      /* egress ifindexes */
+};
+
+struct sw_config {                /* sw_config[switch_id] */
+	__u32 mode;
+	__u32 spray;
+	__u32 seed;               /* per-switch hash seed (hashing.switch_seed) */
+	__u32 pad;
+	__u64 flowlet_timeout_ns;
+};
+
+struct flow_key {
+	__u32 switch_id;
+	__u32 saddr;              /* network byte order */
+	__u32 daddr;              /* network byte order */
+	__u16 sport;              /* host byte order; 0 for other protocols and fragments */
+	__u16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct flow_state {
+	__u64 last_ns;            /* flowlet: time of the flow's last packet at this switch */
+	__u32 slot;               /* flowlet: current next-hop slot */
+	__u32 pad;
+	__u64 pkts[MAX_NH];       /* packets sent through each next-hop slot */
+};
+
+struct port_stats {               /* per CPU, indexed by ifindex */
+	__u64 rx_packets;
+	__u64 rx_bytes;
+	__u64 tx_packets;
+	__u64 tx_bytes;
+	__u64 drops[DROP_MAX];    /* by reason, charged to the ingress port */
+};
+
+#endif

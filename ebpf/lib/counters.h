@@ -1,0 +1,47 @@
+/* Per-port counters (per CPU, summed by the reader) and drop accounting. */
+#ifndef FTB_COUNTERS_H
+#define FTB_COUNTERS_H
+
+#include "maps.h"
+
+FTB_ALWAYS_INLINE void count_rx(__u32 ifindex, __u32 bytes)
+{
+	struct port_stats *s = port_stats.lookup(&ifindex);
+	if (s) {
+		s->rx_packets++;
+		s->rx_bytes += bytes;
+	}
+}
+
+FTB_ALWAYS_INLINE void count_tx(__u32 ifindex, __u32 bytes)
+{
+	struct port_stats *s = port_stats.lookup(&ifindex);
+	if (s) {
+		s->tx_packets++;
+		s->tx_bytes += bytes;
+	}
+}
+
+/* Count a drop (globally, and on the ingress port when it is one) and return the tc verdict. */
+FTB_ALWAYS_INLINE int drop(__u32 ifindex, int reason)
+{
+	__u32 key = reason;
+	__u64 r = reason, *g;     /* 64-bit: an index spilled to the stack as 32 bits loses its bounds */
+	struct port_stats *s;
+
+	ftb_opaque(r);
+	if (r >= DROP_MAX)
+		r = DROP_MALFORMED;
+	key = r;
+	g = drop_reasons.lookup(&key);
+	if (g)
+		(*g)++;
+	if (r != DROP_NO_PORT) {
+		s = port_stats.lookup(&ifindex);
+		if (s)
+			s->drops[r]++;
+	}
+	return TC_ACT_SHOT;
+}
+
+#endif

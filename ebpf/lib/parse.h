@@ -1,0 +1,63 @@
+/* Ethernet + IPv4 (+ TCP/UDP ports) parsing with direct packet access. */
+#ifndef FTB_PARSE_H
+#define FTB_PARSE_H
+
+#include "common.h"
+
+/* Bytes the parser may touch: Ethernet, the longest IPv4 header, the two L4 ports. */
+#define PARSE_BYTES (ETH_HLEN + 60 + 4)
+
+struct pkt {
+	__u32 saddr;              /* network byte order */
+	__u32 daddr;
+	__u16 sport;              /* host byte order */
+	__u16 dport;
+	__u8 proto;
+	__u8 ttl;
+};
+
+/* Make the headers linear so direct access can see them (GRO'd or paged skbs). */
+FTB_ALWAYS_INLINE void ensure_headers(struct __sk_buff *skb)
+{
+	__u32 have = (__u32)((long)skb->data_end - (long)skb->data);
+	if (have < PARSE_BYTES && skb->len > have)
+		bpf_skb_pull_data(skb, skb->len < PARSE_BYTES ? skb->len : PARSE_BYTES);
+}
+
+/* Fill *p; return -1 on success or the drop reason. */
+FTB_ALWAYS_INLINE int parse_ipv4(struct __sk_buff *skb, struct pkt *p)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *iph;
+	__u32 ihl;
+
+	if ((void *)(eth + 1) > data_end)
+		return DROP_MALFORMED;
+	if (eth->h_proto != ftb_htons(ETH_P_IP))
+		return DROP_NOT_IPV4;
+	iph = (void *)(eth + 1);
+	if ((void *)(iph + 1) > data_end)
+		return DROP_MALFORMED;
+	ihl = iph->ihl * 4;
+	if (iph->version != 4 || ihl < sizeof(*iph))
+		return DROP_MALFORMED;
+	p->saddr = iph->saddr;
+	p->daddr = iph->daddr;
+	p->proto = iph->protocol;
+	p->ttl = iph->ttl;
+	p->sport = 0;
+	p->dport = 0;
+	/* Fragments (MF set or offset != 0) hash without ports, so all pieces of a datagram take one path. */
+	if ((p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) && !(iph->frag_off & ftb_htons(0x3fff))) {
+		__u16 *l4 = (void *)iph + ihl;
+		if ((void *)(l4 + 2) > data_end)
+			return DROP_MALFORMED;
+		p->sport = ftb_ntohs(l4[0]);
+		p->dport = ftb_ntohs(l4[1]);
+	}
+	return -1;
+}
+
+#endif

@@ -1,0 +1,60 @@
+/* fabric-testbed switch datapath: tc ingress program of every switch port.
+ *
+ * One compiled object serves every switch of the fabric: ports have fabric-unique ifindexes, so skb->ifindex
+ * names both the switch and the port. Per packet: parse, look up (switch, dst) in the FIB, choose the egress
+ * port by the switch's load-balancing mode, TTL − 1, rewrite MACs, count, bpf_redirect (through the egress
+ * port's qdisc, which shapes the link). The logic lives in the headers under lib/.
+ *
+ * BCC rewrites its map syntax (map.lookup(...)) only in the main file, so the loader inlines the quoted
+ * includes below into one text before compiling (testbed/datapath/source.py); #line keeps error locations.
+ */
+#include "lib/common.h"
+#include "lib/maps.h"
+#include "lib/parse.h"
+#include "lib/fib.h"
+#include "lib/hash.h"
+#include "lib/lb.h"
+#include "lib/counters.h"
+#include "lib/rewrite.h"
+
+int ftb_switch_ingress(struct __sk_buff *skb)
+{
+	__u32 in = skb->ifindex, out;
+	__u64 slot;
+	struct port_info *ingress, *egress;
+	struct nh_group *group;
+	struct pkt p = {};
+	int reason;
+
+	ingress = port_lookup(in);
+	if (!ingress)
+		return drop(in, DROP_NO_PORT);
+	count_rx(in, skb->len);
+
+	ensure_headers(skb);
+	reason = parse_ipv4(skb, &p);
+	if (reason >= 0)
+		return drop(in, reason);
+	if (p.ttl <= 1)
+		return drop(in, DROP_TTL);
+
+	group = fib_lookup(ingress->switch_id, p.daddr);
+	if (!group)
+		return drop(in, DROP_NO_ROUTE);
+	if (group->n == 0)
+		return drop(in, DROP_EMPTY_GROUP);
+
+	slot = lb_choose(ingress->switch_id, group, &p);
+	ftb_opaque(slot);
+	if (slot >= MAX_NH)
+		return drop(in, DROP_BAD_EGRESS);
+	out = group->ports[slot];
+	egress = port_lookup(out);
+	if (!egress)
+		return drop(in, DROP_BAD_EGRESS);
+
+	if (forward_rewrite(skb, egress) < 0)
+		return drop(in, DROP_MALFORMED);
+	count_tx(out, skb->len);
+	return bpf_redirect(out, 0);
+}

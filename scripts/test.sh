@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# THE test command: bash scripts/test.sh [pytest args...]. Sets up (idempotent), then runs pytest as root.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/setup.sh
+exec .venv/bin/pytest -q "$@"

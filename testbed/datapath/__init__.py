@@ -1,0 +1,279 @@
+"""The eBPF switching datapath: one BCC-compiled tc ingress program that serves every switch port.
+
+``Datapath(topo, switch_spec).load()`` compiles ebpf/switch.c, loads its ingress function as a SCHED_CLS
+program and fills the maps from the topology; the fabric then attaches ``ingress_fd`` (cls_bpf, direct-action)
+on the clsact ingress of every switch port. Because ports have fabric-unique ifindexes, one program and one set
+of maps serve all switches: the port map tells which switch a packet arrived at.
+
+Maps (names as in ebpf/lib/maps.h): ``ports`` (array by ifindex → switch id, MACs), ``fib`` (LPM trie keyed by
+switch id + IPv4 destination → next-hop group), ``sw_config`` (array by switch id → mode, seed, flowlet
+timeout, spray kind), ``rr_next`` (round-robin counters), ``flows`` (LRU by switch + 5-tuple → flowlet state and
+packets per next-hop slot), ``port_stats`` (per-CPU array by ifindex), ``drop_reasons`` (per-CPU array).
+"""
+from __future__ import annotations
+
+import ctypes as ct
+import ipaddress
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+
+from . import hashing, kheaders, source
+from .bccutil import import_bcc, quiet_stderr
+from .errors import DatapathError
+
+__all__ = ["Datapath", "DatapathError", "PortCounters", "FlowPath", "DROP_REASONS", "MODES", "SPRAY_KINDS"]
+
+PROGRAM = "ftb_switch_ingress"
+MODES = {"ecmp": 0, "flowlet": 1, "spray": 2}
+SPRAY_KINDS = {"random": 0, "round_robin": 1}
+# Index = the DROP_* enum in ebpf/lib/common.h.
+DROP_REASONS = ("not_ipv4", "malformed", "no_route", "empty_group", "ttl", "no_port", "bad_egress")
+MIN_MAX_NH = 16
+PORT_VALID = 1
+
+
+@dataclass
+class PortCounters:
+    """Counters of one switch port (summed over CPUs). Drops are charged to the port a packet arrived on."""
+    rx_packets: int = 0
+    rx_bytes: int = 0
+    tx_packets: int = 0
+    tx_bytes: int = 0
+    drops: int = 0
+    drop_reasons: dict[str, int] = field(default_factory=dict)   # only reasons with a count
+
+
+@dataclass
+class FlowPath:
+    """How one flow was spread at one switch with a choice of next hops (n > 1)."""
+    switch: str
+    saddr: str
+    daddr: str
+    sport: int
+    dport: int
+    proto: int
+    packets: dict[int, int]          # egress ifindex → packets sent there (only ports that were used)
+
+    @property
+    def paths(self) -> int:
+        return len(self.packets)
+
+
+def _mac(text: str) -> bytes:
+    return bytes.fromhex(text.replace(":", ""))
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _net_u32(addr: str) -> int:
+    """An IPv4 address as the u32 whose memory holds it in network byte order (as the C side stores it)."""
+    return int.from_bytes(socket.inet_aton(addr), "little")
+
+
+def _net_str(u32: int) -> str:
+    return socket.inet_ntoa(struct.pack("<I", u32))
+
+
+def _first_error(log: str) -> str:
+    """The line of a BCC log that says what went wrong: a compiler error, or the verifier's complaint (the
+    line before its "processed N insns" summary)."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    for i, ln in enumerate(lines):
+        if ln.startswith("processed ") and " insns" in ln and i:
+            return "verifier: " + lines[i - 1]
+    return next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else "")
+
+
+class Datapath:
+    """Compile, load and configure the switch program; read its counters. One object serves every switch."""
+
+    def __init__(self, topo, switch_spec):
+        self.topo = topo
+        self.switch_spec = switch_spec
+        self._bpf = None
+        self._fn = None
+        self.compile_seconds: float | None = None
+        self._names = {i: n for n, i in topo.switch_ids.items()}
+        self._switch_ports = sorted(p.ifindex for sw in topo.switches for p in topo.ports[sw])
+        # Per switch: FIB rows longest prefix first, for mapping a flow's slots back to ifindexes.
+        self._fib_by_switch: dict[str, list[tuple[int, int, tuple[int, ...]]]] = {}
+        for e in topo.fib:
+            self._fib_by_switch.setdefault(e.switch, []).append(
+                (int(ipaddress.IPv4Address(e.prefix)), e.plen, tuple(e.ports)))
+        for rows in self._fib_by_switch.values():
+            rows.sort(key=lambda r: -r[1])
+        self.max_nh = max([MIN_MAX_NH] + [len(e.ports) for e in topo.fib])
+        hosts = len(topo.hosts)
+        self.sizes = {
+            "MAX_NH": self.max_nh,
+            "PORT_SLOTS": max([1] + [p.ifindex for ps in topo.ports.values() for p in ps]) + 1,
+            "N_SWITCHES": max(1, len(topo.switch_ids)),
+            "FIB_SIZE": len(topo.fib) + 16,
+            "FLOW_SIZE": min(65536, max(4096, _pow2(2 * hosts * hosts))),
+        }
+
+    # ---------------------------------------------------------------- loading
+
+    def load(self) -> "Datapath":
+        """Compile ebpf/switch.c with BCC, load the ingress program and fill every map from the topology."""
+        if self._bpf is not None:
+            return self
+        kheaders.ensure()
+        BPF = import_bcc()
+        text = source.render(source.EBPF_DIR / "switch.c")
+        cflags = [f"-D{k}={v}" for k, v in self.sizes.items()]
+        t0 = time.perf_counter()
+        with quiet_stderr() as err:
+            try:
+                bpf = BPF(text=text.encode(), cflags=cflags)
+                fn = bpf.load_func(PROGRAM.encode(), BPF.SCHED_CLS)
+            except Exception as e:   # BCC raises bare Exception with the details on stderr
+                log = err.text()
+                first = _first_error(log) or str(e)
+                self.build_log = log
+                raise DatapathError(f"eBPF switch program failed to build/load: {first}") from None
+            self.build_log = err.text()
+        self.compile_seconds = time.perf_counter() - t0
+        self._bpf, self._fn = bpf, fn
+        try:
+            self._fill_ports()
+            self._fill_fib()
+            self.set_mode(self.switch_spec)
+        except Exception:
+            self.close()
+            raise
+        return self
+
+    @property
+    def ingress_fd(self) -> int:
+        self._need()
+        return self._fn.fd
+
+    @property
+    def ingress_name(self) -> str:
+        return PROGRAM
+
+    def _need(self):
+        if self._bpf is None:
+            raise DatapathError("datapath not loaded: call load() first")
+
+    def _fill_ports(self):
+        t = self._bpf[b"ports"]
+        for sw in self.topo.switches:
+            sid = self.topo.switch_ids[sw]
+            for p in self.topo.ports[sw]:
+                v = t.Leaf()
+                v.switch_id, v.flags = sid, PORT_VALID
+                ct.memmove(v.mac, _mac(p.mac), 6)
+                ct.memmove(v.peer_mac, _mac(p.peer_mac), 6)
+                t[t.Key(p.ifindex)] = v
+
+    def _fill_fib(self):
+        t = self._bpf[b"fib"]
+        for e in self.topo.fib:
+            k = t.Key()
+            k.prefixlen, k.switch_id, k.addr = 32 + e.plen, self.topo.switch_ids[e.switch], _net_u32(e.prefix)
+            v = t.Leaf()
+            v.n = len(e.ports)
+            for i, ifx in enumerate(e.ports):
+                v.ports[i] = ifx
+            t[k] = v
+
+    def set_mode(self, switch_spec, switches=None) -> None:
+        """Apply a SwitchSpec (load balancing, flowlet timeout, spray kind, hash seed) live, to every switch or
+        to the named ones. Existing flowlet state stays; call clear_flows() for a clean slate."""
+        self._need()
+        if switches is None:
+            self.switch_spec = switch_spec
+        t = self._bpf[b"sw_config"]
+        for sw in (switches if switches is not None else self.topo.switches):
+            sid = self.topo.switch_ids[sw]
+            v = t.Leaf()
+            v.mode = MODES[switch_spec.load_balancing]
+            v.spray = SPRAY_KINDS[switch_spec.spray]
+            v.seed = hashing.switch_seed(switch_spec.hash_seed, sid)
+            v.flowlet_timeout_ns = int(switch_spec.flowlet_timeout)
+            t[t.Key(sid)] = v
+
+    def switch_seed(self, switch: str) -> int:
+        """The ECMP seed a switch uses (for hashing.ecmp_index)."""
+        return hashing.switch_seed(self.switch_spec.hash_seed, self.topo.switch_ids[switch])
+
+    # ---------------------------------------------------------------- reading
+
+    def port_counters(self) -> dict[int, PortCounters]:
+        """Counters of every switch port, by ifindex."""
+        self._need()
+        t = self._bpf[b"port_stats"]
+        out = {}
+        for ifx in self._switch_ports:
+            c = PortCounters()
+            for cpu in t.getvalue(t.Key(ifx)):
+                c.rx_packets += cpu.rx_packets
+                c.rx_bytes += cpu.rx_bytes
+                c.tx_packets += cpu.tx_packets
+                c.tx_bytes += cpu.tx_bytes
+                for i, name in enumerate(DROP_REASONS):
+                    if cpu.drops[i]:
+                        c.drop_reasons[name] = c.drop_reasons.get(name, 0) + cpu.drops[i]
+            c.drops = sum(c.drop_reasons.values())
+            out[ifx] = c
+        return out
+
+    def drop_counters(self) -> dict[str, int]:
+        """Drops by reason over the whole fabric (including packets on ports the maps do not know)."""
+        self._need()
+        t = self._bpf[b"drop_reasons"]
+        return {name: int(sum(t.getvalue(t.Key(i)))) for i, name in enumerate(DROP_REASONS)}
+
+    def next_hops(self, switch: str, daddr: str) -> tuple[int, ...]:
+        """The next-hop group (egress ifindexes) the FIB gives ``switch`` for ``daddr``."""
+        a = int(ipaddress.IPv4Address(daddr))
+        for net, plen, ports in self._fib_by_switch.get(switch, ()):
+            mask = (0xFFFFFFFF << (32 - plen)) & 0xFFFFFFFF
+            if (a & mask) == net:
+                return ports
+        return ()
+
+    def flow_paths(self) -> list[FlowPath]:
+        """Per-flow packet counts per next hop at switches where the flow had a choice (n > 1)."""
+        self._need()
+        out = []
+        for k, v in self._bpf[b"flows"].items():
+            sw = self._names.get(k.switch_id, f"switch{k.switch_id}")
+            daddr = _net_str(k.daddr)
+            group = self.next_hops(sw, daddr)
+            packets = {}
+            for slot in range(min(len(group), self.max_nh)):
+                if v.pkts[slot]:
+                    packets[group[slot]] = int(v.pkts[slot])
+            out.append(FlowPath(sw, _net_str(k.saddr), daddr, k.sport, k.dport, k.proto, packets))
+        out.sort(key=lambda f: (f.switch, f.saddr, f.daddr, f.sport, f.dport, f.proto))
+        return out
+
+    def clear_flows(self) -> None:
+        """Forget flowlet state and per-flow path counts."""
+        self._need()
+        self._bpf[b"flows"].clear()
+
+    def reset_counters(self) -> None:
+        """Zero port and drop counters (e.g. between phases of a run)."""
+        self._need()
+        for name in ("port_stats", "drop_reasons"):
+            self._bpf[name.encode()].clear()      # arrays: clear() zeroes every element
+
+    def close(self) -> None:
+        """Release the program and maps (attached tc filters keep their own reference to the program)."""
+        if self._bpf is not None:
+            self._bpf.cleanup()
+        self._bpf = self._fn = None
+
+    def __enter__(self):
+        return self.load()
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,68 @@
+"""Exact Python mirror of the ECMP hash in ebpf/lib/hash.h, so tests and analyses can predict path choices.
+
+The flow hash is MurmurHash3 (x86, 32-bit) of four 32-bit words — saddr, daddr, sport<<16|dport, proto, all in
+host byte order — with a per-switch seed. Murmur3's finaliser mixes every input bit into every output bit, so
+neighbouring source ports spread evenly. The per-switch seed mixes the scenario's hash_seed with the switch id:
+if every stage used the same function, a leaf's choice would correlate with the spine's (polarisation).
+The index is chosen by multiply-shift (hash * n) >> 32, which is even over n paths and needs no division.
+"""
+from __future__ import annotations
+
+import ipaddress
+
+M32 = 0xFFFFFFFF
+_C1, _C2 = 0xCC9E2D51, 0x1B873593
+_GOLDEN = 0x9E3779B9
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & M32
+
+
+def fmix32(h: int) -> int:
+    """Murmur3's finaliser: a bijective avalanche of 32 bits."""
+    h &= M32
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & M32
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & M32
+    h ^= h >> 16
+    return h
+
+
+def murmur3_words(seed: int, words) -> int:
+    """MurmurHash3_x86_32 of a sequence of 32-bit little-endian words."""
+    h = seed & M32
+    n = 0
+    for k in words:
+        k = (k & M32) * _C1 & M32
+        k = _rotl(k, 15) * _C2 & M32
+        h ^= k
+        h = (_rotl(h, 13) * 5 + 0xE6546B64) & M32
+        n += 4
+    return fmix32(h ^ n)
+
+
+def switch_seed(hash_seed: int, switch_id: int) -> int:
+    """The seed one switch hashes with (what the datapath stores in its config map)."""
+    return fmix32((hash_seed & M32) ^ fmix32((switch_id * _GOLDEN + 1) & M32))
+
+
+def _addr(a) -> int:
+    return int(ipaddress.IPv4Address(a)) if not isinstance(a, int) else a
+
+
+def flow_hash(seed: int, saddr, daddr, sport: int, dport: int, proto: int) -> int:
+    """Hash of a 5-tuple; addresses as dotted strings or host-order ints, ``seed`` as from switch_seed()."""
+    return murmur3_words(seed, (_addr(saddr), _addr(daddr), ((sport & 0xFFFF) << 16) | (dport & 0xFFFF),
+                                proto & 0xFF))
+
+
+def pick(h: int, n: int) -> int:
+    """Map a 32-bit hash (or random number) to a slot in 0..n-1, as the datapath does."""
+    return (h * n) >> 32
+
+
+def ecmp_index(seed: int, saddr, daddr, sport: int, dport: int, proto: int, n: int) -> int:
+    """The next-hop slot (0..n-1) ECMP chooses at a switch whose seed is ``seed``."""
+    return pick(flow_hash(seed, saddr, daddr, sport, dport, proto), n)

@@ -1,0 +1,67 @@
+"""BPF_PROG_TEST_RUN for tc programs: run a loaded program on one packet without attaching it anywhere.
+
+Used by the unit tests (and usable by `testbed doctor`). BCC 0.26's Python has no wrapper for it, so this calls
+the bpf(2) syscall through ctypes. ``ifindex`` sets skb->ifindex through the __sk_buff context: the kernel then
+requires a device with that ifindex in the caller's network namespace. The redirect target of bpf_redirect is
+only recorded (the verdict is TC_ACT_REDIRECT); nothing is sent.
+"""
+from __future__ import annotations
+
+import ctypes as ct
+import errno
+import os
+from dataclasses import dataclass
+
+from .errors import DatapathError
+
+_NR_BPF = {"x86_64": 321, "aarch64": 280, "riscv64": 280, "ppc64le": 361, "s390x": 351}
+BPF_PROG_TEST_RUN = 10
+SKB_CTX_SIZE = 192            # >= sizeof(struct __sk_buff); the kernel accepts a zero tail
+SKB_IFINDEX_OFFSET = 40       # struct __sk_buff: len, pkt_type, mark, queue_mapping, protocol, vlan_present,
+                              # vlan_tci, vlan_proto, priority, ingress_ifindex, ifindex
+
+TC_ACT_OK = 0
+TC_ACT_SHOT = 2
+TC_ACT_REDIRECT = 7
+
+
+class _TestAttr(ct.Structure):
+    _fields_ = [("prog_fd", ct.c_uint32), ("retval", ct.c_uint32),
+                ("data_size_in", ct.c_uint32), ("data_size_out", ct.c_uint32),
+                ("data_in", ct.c_uint64), ("data_out", ct.c_uint64),
+                ("repeat", ct.c_uint32), ("duration", ct.c_uint32),
+                ("ctx_size_in", ct.c_uint32), ("ctx_size_out", ct.c_uint32),
+                ("ctx_in", ct.c_uint64), ("ctx_out", ct.c_uint64),
+                ("flags", ct.c_uint32), ("cpu", ct.c_uint32), ("batch_size", ct.c_uint32),
+                ("_pad", ct.c_uint32)]
+
+
+@dataclass
+class RunResult:
+    verdict: int          # the program's return value (TC_ACT_*)
+    data: bytes           # the packet after the program (rewrites applied)
+    duration_ns: int      # average run time per repetition
+
+
+_libc = ct.CDLL(None, use_errno=True)
+
+
+def run(prog_fd: int, packet: bytes, ifindex: int | None = None, repeat: int = 1) -> RunResult:
+    """Run the tc program ``prog_fd`` on ``packet`` (an Ethernet frame), as if received on ``ifindex``."""
+    nr = _NR_BPF.get(os.uname().machine)
+    if nr is None:
+        raise DatapathError(f"BPF_PROG_TEST_RUN: unknown bpf syscall number on {os.uname().machine}")
+    data_in = ct.create_string_buffer(packet, len(packet))
+    data_out = ct.create_string_buffer(len(packet) + 256)
+    attr = _TestAttr(prog_fd=prog_fd, data_size_in=len(packet), data_size_out=len(data_out),
+                     data_in=ct.addressof(data_in), data_out=ct.addressof(data_out), repeat=repeat)
+    if ifindex is not None:
+        ctx = ct.create_string_buffer(SKB_CTX_SIZE)
+        ct.c_uint32.from_buffer(ctx, SKB_IFINDEX_OFFSET).value = ifindex
+        attr.ctx_in, attr.ctx_size_in = ct.addressof(ctx), SKB_CTX_SIZE
+    rc = _libc.syscall(nr, BPF_PROG_TEST_RUN, ct.byref(attr), ct.sizeof(attr))
+    if rc != 0:
+        err = ct.get_errno()
+        hint = " (no device with that ifindex in this network namespace?)" if err == errno.ENODEV else ""
+        raise OSError(err, f"BPF_PROG_TEST_RUN failed: {os.strerror(err)}{hint}")
+    return RunResult(attr.retval, data_out.raw[:attr.data_size_out], attr.duration)

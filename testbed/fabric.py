@@ -1,0 +1,185 @@
+"""Build a topology into the kernel: namespaces, veth pairs, shaping qdiscs, addresses, routes.
+
+One pass per phase, one batched netlink socket per namespace (see netlink.py), nothing looked up: the topology
+already fixed every name, ifindex and MAC. Every namespace is ``ftb-<lab>-<node>``; the fabric touches nothing
+outside the namespaces it made, and ``teardown()`` (always called by the lab) removes them, which frees the
+veths, qdiscs and attached BPF programs with them.
+"""
+from __future__ import annotations
+
+import array
+import fcntl
+import os
+import socket
+import struct
+import time
+
+from . import netns
+from .netlink import Batch, NetlinkError
+from .topology import Topology
+
+SIOCETHTOOL = 0x8946
+# legacy ethtool set commands: TSO, GSO, GRO, SG (no SG also drops every segmentation offload)
+_ETHTOOL_OFF = (0x1f, 0x24, 0x2c, 0x19)
+
+
+class FabricError(Exception):
+    pass
+
+
+def ns_name(lab: str, node: str) -> str:
+    return f"{netns.PREFIX}{lab}-{node}"
+
+
+def tbf_burst(rate_bps: int, mtu: int) -> int:
+    """Bucket depth: two full frames, or 200 µs at the link rate when that is larger, so the shaper stays
+    accurate at high rates without timer storms and close to per-packet at low ones."""
+    return max(2 * (mtu + 14), rate_bps // 8 * 200 // 1_000_000)
+
+
+def _offloads_off(ifnames: list[str]) -> None:
+    """Runs inside a host namespace: switch off TSO/GSO/GRO/SG so switches see wire-sized packets."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for ifname in ifnames:
+            for cmd in _ETHTOOL_OFF:
+                val = array.array("I", [cmd, 0])
+                addr, _ = val.buffer_info()
+                req = struct.pack("16sQ", ifname.encode(), addr)
+                try:
+                    fcntl.ioctl(s, SIOCETHTOOL, req)
+                except OSError:
+                    pass                   # a feature veth cannot change is already off
+    finally:
+        s.close()
+
+
+class Fabric:
+    def __init__(self, topo: Topology, lab: str):
+        self.topo, self.lab = topo, lab
+        self.ns = {node: ns_name(lab, node) for node in topo.nodes}
+        self._socks: dict[str, socket.socket] = {}
+        self.timings: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ build
+
+    def build(self) -> None:
+        """Create everything; on failure remove what was made and raise FabricError."""
+        try:
+            self._build()
+        except BaseException:
+            self.teardown()
+            raise
+
+    def _phase(self, name: str, t0: float) -> float:
+        t = time.perf_counter()
+        self.timings[name] = t - t0
+        return t
+
+    def _build(self) -> None:
+        topo, spec = self.topo, self.topo.spec
+        netns.raise_nofile(4 * len(self.ns) + 1024)
+        t = time.perf_counter()
+        taken = [n for n in self.ns.values() if os.path.lexists(netns.path(n))]
+        if taken:
+            raise FabricError(f"lab '{self.lab}': namespace {taken[0]} already exists "
+                              f"(a lab of that name is running; `testbed down {self.lab}` or `testbed clean`)")
+        netns.create(self.ns.values())
+        t = self._phase("namespaces", t)
+        for node, name in self.ns.items():
+            self._socks[node] = netns.netlink_socket(name)
+        t = self._phase("sockets", t)
+
+        # veth pairs, created from the end nearer the hosts, peer placed straight into its namespace
+        gso = None if spec.offloads else 1
+        batches = {node: Batch(self._socks[node], self.ns[node]) for node in self.ns}
+        fds = {}
+        try:
+            for link in topo.links:
+                a, b = link.a, link.b
+                if b.node not in fds:
+                    fds[b.node] = os.open(netns.path(self.ns[b.node]), os.O_RDONLY)
+                batches[a.node].veth(a.ifname, a.ifindex, a.mac, spec.mtu, b.ifname, b.ifindex, b.mac,
+                                     fds[b.node], gso_max_segs=gso if a.role == "nic" else None)
+            self._commit(batches)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        t = self._phase("links", t)
+
+        # up, shaping, addresses, neighbours, routes
+        for node, ports in topo.ports.items():
+            bt = batches[node]
+            bt.link_up(1, "lo")
+            for p in ports:
+                bt.link_up(p.ifindex, p.ifname)
+                bt.tbf(p.ifindex, p.rate_bps, tbf_burst(p.rate_bps, spec.mtu), p.buffer_bytes, p.ifname)
+                if p.address:
+                    bt.address(p.ifindex, p.address, 32)
+        for r in topo.routes:
+            bt = batches[r.node]
+            bt.neighbour(r.ifindex, r.gateway, r.gateway_mac)
+            bt.route(r.dst, r.gateway, r.ifindex, prefsrc=r.prefsrc)
+        self._commit(batches)
+        t = self._phase("config", t)
+
+        if not spec.offloads:
+            hosts = {h: [p.ifname for p in topo.ports[h]] for h in topo.hosts}
+            netns.run_many([self.ns[h] for h in hosts], lambda n: _offloads_off(hosts[n.rsplit("-", 1)[1]]))
+        self._phase("offloads", t)
+
+    def _commit(self, batches: dict[str, Batch]) -> None:
+        for b in batches.values():
+            try:
+                b.commit()
+            except NetlinkError as e:
+                raise FabricError(str(e)) from None
+
+    # ------------------------------------------------------------------ datapath hooks
+
+    def attach_ingress(self, prog_fd: int, prog_name: str) -> None:
+        """Attach the switching program (direct action) to clsact ingress of every switch port."""
+        t = time.perf_counter()
+        batches = {}
+        for sw in self.topo.switches:
+            b = batches[sw] = Batch(self._socks[sw], self.ns[sw])
+            for p in self.topo.ports[sw]:
+                b.clsact(p.ifindex, p.ifname)
+                b.bpf_filter(p.ifindex, prog_fd, prog_name, True, p.ifname)
+        self._commit(batches)
+        self.timings["attach"] = time.perf_counter() - t
+
+    def enable_kernel_forwarding(self) -> None:
+        """Baseline without eBPF: switches route with the kernel's own multipath FIB (for benchmarks)."""
+        t = time.perf_counter()
+        batches = {}
+        for fe in self.topo.fib:
+            if not fe.ports:
+                continue
+            b = batches.setdefault(fe.switch, Batch(self._socks[fe.switch], self.ns[fe.switch]))
+            hops = []
+            for ifx in fe.ports:
+                p = self.topo.port(ifx)
+                peer = self.topo.port(p.peer_ifindex)
+                gw = peer.address or f"169.254.{(p.peer_ifindex >> 8) & 255}.{p.peer_ifindex & 255}"
+                hops.append((gw, ifx))
+                b.neighbour(ifx, gw, p.peer_mac)
+            if len(hops) == 1:
+                b.route(f"{fe.prefix}/{fe.plen}", hops[0][0], hops[0][1])
+            else:
+                b.route(f"{fe.prefix}/{fe.plen}", hops[0][0], hops[0][1], multipath=hops)
+        self._commit(batches)
+        for sw in self.topo.switches:
+            netns.write_sysctl(self.ns[sw], "net.ipv4.ip_forward", 1)
+            netns.write_sysctl(self.ns[sw], "net.ipv4.fib_multipath_hash_policy", 1)
+        self.timings["kernel_forwarding"] = time.perf_counter() - t
+
+    # ------------------------------------------------------------------ teardown
+
+    def teardown(self) -> None:
+        t = time.perf_counter()
+        for s in self._socks.values():
+            s.close()
+        self._socks.clear()
+        netns.delete(self.ns.values())
+        self.timings["teardown"] = time.perf_counter() - t

@@ -1,0 +1,232 @@
+"""The traffic agent: ``python -m testbed.workloads.agent`` runs inside ONE host namespace.
+
+Protocol on stdio (the orchestrator is ``testbed.workloads.run``):
+  1. the agent prints ``{"ready": pid}`` as soon as Python has started (so t0 can be chosen after the slow part);
+  2. it reads one JSON job line from stdin:
+       {"t0": epoch s (CLOCK_REALTIME, shared by every namespace), "duration_s", "packet_size",
+        "send": [flow dicts this host sends], "recv": [flow dicts this host receives],
+        optional "grace_s" (2.0), "drain_s" (0.3), "sndbuf_bytes" (a budget shared by this host's UDP sockets),
+        "host"}
+  3. binds every receiver at once (before t0), starts each sender at t0 + flow.start_s;
+  4. prints ONE JSON object on its last stdout line: {"host", "t0", "bound_at", "send": {flow_id: sender
+     stats}, "recv": {flow_id: receiver stats}, "unknown_packets"} and exits 0.
+A sender stops when its size is sent or at t0 + duration_s. Receivers stop when every flow finished (sized flow
+complete, TCP EOF, or a UDP end marker seen and its packets in or ``drain_s`` passed), at the latest at
+t0 + duration_s + grace_s. Failures exit non-zero with a one-line reason as the last stderr line.
+
+Threads: the send loop runs in the main thread (non-blocking sockets + poll: a full socket buffer means the
+shaped host link is back-pressuring, exactly as a blocking sendto would wait), receivers in a second thread.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import select
+import sys
+import threading
+import time
+
+from .engines import DONE, ENGINES, READY, WAIT_READ, WAIT_TIME, WAIT_WRITE
+
+POLLIN, POLLOUT = select.POLLIN, select.POLLOUT
+CHECK_EVERY_S = 0.02
+
+
+def _poll_ms(seconds: float) -> int:
+    return max(0, int(seconds * 1000 + 0.999))
+
+
+def receive(handlers, states, give_up: float, result: dict) -> None:
+    poller = select.poll()
+    fdmap = {}
+    for h in handlers:
+        fdmap[h.fileno()] = h
+        poller.register(h, POLLIN)
+    pending = list(states)
+    next_check = 0.0
+
+    def serve(events, now):
+        for fd, _ev in events:
+            h = fdmap.get(fd)
+            if h is None:
+                continue
+            new = h.on_readable(now)
+            if new:
+                for c in new:
+                    fdmap[c.fileno()] = c
+                    poller.register(c, POLLIN)
+            if h.closed:
+                poller.unregister(fd)
+                del fdmap[fd]
+
+    try:
+        while True:
+            now = time.time()
+            if now >= next_check:
+                pending = [s for s in pending if not s.finished(now)]
+                next_check = now + CHECK_EVERY_S
+                if not pending or now >= give_up:
+                    break
+            serve(poller.poll(_poll_ms(min(CHECK_EVERY_S, give_up - now))), time.time())
+        end = time.time() + 0.05                      # final drain: late duplicates, stray packets
+        while (now := time.time()) < end:
+            serve(poller.poll(_poll_ms(end - now)), now)
+    except BaseException as e:                        # noqa: BLE001 — reported by the main thread
+        result["error"] = f"receiver: {type(e).__name__}: {e}"
+    finally:
+        for h in fdmap.values():
+            h.close()
+        result["unknown"] = sum(getattr(h, "unknown", 0) for h in handlers)
+
+
+def send(senders, t0: float, deadline: float, give_up: float) -> None:
+    starts = sorted(senders, key=lambda s: s.flow["start_s"])
+    nxt = 0
+    ready: list = []
+    timers: list = []                 # (wake, seq, sender)
+    waiting: dict = {}                # fd → sender
+    poller = select.poll()
+    seq = 0
+    past_deadline = False
+    alive = len(senders)
+    while alive:
+        now = time.time()
+        while nxt < len(starts) and t0 + starts[nxt].flow["start_s"] <= now:
+            starts[nxt].begin(now)
+            ready.append(starts[nxt])
+            nxt += 1
+        if now >= give_up:
+            break
+        if not past_deadline and now >= deadline:
+            past_deadline = True
+            for fd, s in waiting.items():
+                poller.unregister(fd)
+                ready.append(s)
+            waiting.clear()
+        while timers and timers[0][0] <= now:
+            ready.append(heapq.heappop(timers)[2])
+        again = []
+        for s in ready:
+            status, arg = s.pump(time.time())
+            if status == READY:
+                again.append(s)
+            elif status == WAIT_TIME:
+                seq += 1
+                heapq.heappush(timers, (arg, seq, s))
+            elif status in (WAIT_WRITE, WAIT_READ):
+                fd = s.fileno()
+                waiting[fd] = s
+                poller.register(fd, POLLOUT if status == WAIT_WRITE else POLLIN)
+            elif status == DONE:
+                alive -= 1
+        ready = again
+        if not alive:
+            break
+        if ready and not waiting:
+            continue
+        now = time.time()
+        wake = give_up if past_deadline else deadline
+        if timers:
+            wake = min(wake, timers[0][0])
+        if nxt < len(starts):
+            wake = min(wake, t0 + starts[nxt].flow["start_s"])
+        timeout = 0.0 if ready else max(0.0, wake - now)
+        if waiting:
+            for fd, _ev in poller.poll(_poll_ms(timeout)):
+                s = waiting.pop(fd, None)
+                if s is not None:
+                    poller.unregister(fd)
+                    ready.append(s)
+        elif timeout > 0:
+            time.sleep(timeout)
+    for s in senders:                 # gave up at t0 + duration + grace: close what is left
+        if not s.done:
+            s.abort("still running at the end of the grace period")
+
+
+def run_job(job: dict) -> dict:
+    t0 = float(job["t0"])
+    duration = float(job["duration_s"])
+    grace = float(job.get("grace_s", 2.0))
+    deadline, give_up = t0 + duration, t0 + duration + grace
+    job.setdefault("drain_s", 0.3)
+    for f in job["send"] + job["recv"]:
+        if f.get("engine", f["proto"]) not in ENGINES:
+            raise SystemExit(f"agent: unknown engine {f.get('engine')!r} for flow {f['flow_id']}")
+    n_udp = sum(1 for f in job["send"] if f["proto"] == "udp")
+    if job.get("sndbuf_bytes") and n_udp:
+        job["sndbuf_each"] = int(job["sndbuf_bytes"]) // n_udp
+
+    handlers, states = [], []
+    by_engine: dict[str, list] = {}
+    for f in job["recv"]:
+        by_engine.setdefault(f.get("engine") or f["proto"], []).append(f)
+    for name, fl in by_engine.items():
+        try:
+            h, st = ENGINES[name].receivers(fl, job)
+        except OSError as e:
+            raise SystemExit(f"agent: cannot open {name} receivers on ports "
+                             f"{sorted({f['dport'] for f in fl})}: {e.strerror}") from None
+        handlers += h
+        states += st
+    for st in states:
+        st.deadline = deadline
+    bound_at = time.time()
+    senders = []
+    for f in job["send"]:
+        try:
+            senders.append(ENGINES[f.get("engine") or f["proto"]].sender(f, job))
+        except OSError as e:
+            raise SystemExit(f"agent: flow {f['flow_id']}: cannot bind {f['src_addr']}:{f['sport']} → "
+                             f"{f['dst_addr']}:{f['dport']}: {e.strerror}") from None
+
+    rx_result: dict = {}
+    rx = None
+    if handlers:
+        rx = threading.Thread(target=receive, args=(handlers, states, give_up, rx_result), daemon=True)
+        rx.start()
+    if senders:
+        delay = t0 - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        send(senders, t0, deadline, give_up)
+    if rx is not None:
+        rx.join()
+    if "error" in rx_result:
+        raise SystemExit(f"agent: {rx_result['error']}")
+    return {
+        "host": job.get("host"),
+        "t0": t0,
+        "bound_at": bound_at,
+        "send": {str(s.flow["flow_id"]): s.stats() for s in senders},
+        "recv": {str(st.flow_id): st.result() for st in states},
+        "unknown_packets": rx_result.get("unknown", 0),
+    }
+
+
+def main() -> int:
+    print(json.dumps({"ready": os.getpid()}), flush=True)
+    line = sys.stdin.readline()
+    if not line.strip():
+        print("agent: no job on stdin", file=sys.stderr)
+        return 2
+    try:
+        job = json.loads(line)
+    except ValueError as e:
+        print(f"agent: job is not JSON: {e}", file=sys.stderr)
+        return 2
+    try:
+        out = run_job(job)
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+            return 1
+        raise
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""Traffic patterns → a flat list of flows (pure: no sockets, no kernel calls).
+
+``plan(traffic, topo, seed, duration_s)`` turns a scenario's ``TrafficSpec`` into ``Flow`` records that the
+agents (``testbed.workloads.agent``) execute and the report joins with telemetry. Everything random is drawn from
+``random.Random(seed)``, so a scenario and a seed always give the same flows.
+
+Patterns (``flows_per_pair`` applies to each):
+  pairs        the listed (src, dst) pairs, in order
+  permutation  a seeded random derangement: every host sends to exactly one other host and receives from exactly
+               one; when the leaves allow it (no leaf holds more than half the hosts) every destination sits on
+               another leaf, so all traffic crosses the spines
+  all-to-all   every ordered pair of distinct hosts
+  incast       senders → receiver; senders = a list of names, a count N (the first N hosts other than the
+               receiver, in host order) or None (every other host)
+
+Ports: ``sport: random`` draws distinct ports in [sport_base, 65535] (never one of this plan's destination
+ports); ``sequential`` gives flow i the port sport_base + i; a fixed integer gives every flow that source port.
+With a fixed source port two flows between the same hosts would share a 5-tuple, so then flow k of a pair goes to
+``dport + k`` instead (the other modes keep one ``dport`` for every flow): low entropy, on purpose.
+
+Rails: with R rails, flow k of a pair uses rail k % R (the source and destination addresses of that rail).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, fields
+from typing import Optional
+
+SPORT_MAX = 65535
+
+
+@dataclass
+class Flow:
+    flow_id: int
+    src: str
+    dst: str
+    src_addr: str
+    dst_addr: str
+    sport: int
+    dport: int
+    proto: str                       # L4 protocol on the wire: "udp" | "tcp"
+    size_bytes: Optional[int]        # L4 payload bytes to deliver; None = send for the whole duration
+    rate_bps: Optional[int]          # pacing rate (IP bytes); None = as fast as the host link takes it
+    start_s: float                   # seconds after t0
+    rail: int = 0
+    engine: str = ""                 # the engine that runs it (ENGINES key); "" = same as proto
+
+    def __post_init__(self):
+        if not self.engine:
+            self.engine = self.proto
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Flow":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# ---------------------------------------------------------------- patterns → (src, dst) pairs
+
+def _host_group(topo, host: str) -> int:
+    """The host's leaf position (the same on every rail)."""
+    node = topo.nodes[host]
+    return node.group if node.group is not None else 0
+
+
+def derangement(hosts: list[str], rng: random.Random, group: Optional[dict] = None) -> dict[str, str]:
+    """A random permutation of ``hosts`` with no fixed point. With ``group`` (host → leaf) and no group holding
+    more than half the hosts, no host maps into its own group either. Random start, then random swaps repair the
+    conflicts (each swap keeps it a permutation)."""
+    n = len(hosts)
+    if n < 2:
+        raise ValueError(f"permutation needs at least 2 hosts, got {n}")
+    cross = False
+    if group is not None:
+        sizes: dict = {}
+        for h in hosts:
+            sizes[group[h]] = sizes.get(group[h], 0) + 1
+        cross = len(sizes) > 1 and max(sizes.values()) * 2 <= n
+
+    def bad(src: str, dst: str) -> bool:
+        return src == dst or (cross and group[src] == group[dst])
+
+    targets = list(hosts)
+    rng.shuffle(targets)
+    order = list(range(n))
+    for _ in range(50 * n + 100):
+        conflicts = [i for i in range(n) if bad(hosts[i], targets[i])]
+        if not conflicts:
+            return dict(zip(hosts, targets))
+        i = rng.choice(conflicts)
+        rng.shuffle(order)
+        for j in order:          # a swap that fixes i and keeps j good
+            if j != i and not bad(hosts[i], targets[j]) and not bad(hosts[j], targets[i]):
+                break
+        else:                    # none: a random swap (random walk out of the dead end)
+            j = rng.randrange(n)
+        targets[i], targets[j] = targets[j], targets[i]
+    # Deterministic fallback (never reached in practice): order by group, rotate by the largest group.
+    by = sorted(hosts, key=lambda h: (group[h] if cross else 0, hosts.index(h)))
+    shift = max(sizes.values()) if cross else 1
+    return {by[k]: by[(k + shift) % n] for k in range(n)}
+
+
+def pairs_for(traffic, topo, rng: random.Random) -> list[tuple[str, str]]:
+    hosts = list(topo.hosts)
+    pattern = traffic.pattern
+    if pattern == "pairs":
+        return [tuple(p) for p in traffic.pairs]
+    if pattern == "permutation":
+        perm = derangement(hosts, rng, {h: _host_group(topo, h) for h in hosts})
+        return [(h, perm[h]) for h in hosts]
+    if pattern == "all-to-all":
+        return [(a, b) for a in hosts for b in hosts if a != b]
+    if pattern == "incast":
+        rx = traffic.incast.receiver
+        if rx not in topo.nodes:
+            raise ValueError(f"incast receiver {rx} is not a host of this topology")
+        others = [h for h in hosts if h != rx]
+        senders = traffic.incast.senders
+        if senders is None:
+            chosen = others
+        elif isinstance(senders, int):
+            if not 1 <= senders <= len(others):
+                raise ValueError(f"incast senders: need 1..{len(others)} senders, got {senders}")
+            chosen = others[:senders]
+        else:
+            chosen = list(dict.fromkeys(senders))
+            if rx in chosen:
+                raise ValueError(f"incast senders: the receiver {rx} cannot send to itself")
+        return [(s, rx) for s in chosen]
+    raise ValueError(f"unknown traffic pattern {pattern!r}")
+
+
+# ---------------------------------------------------------------- the plan
+
+def _engine(traffic):
+    from .engines import ENGINES          # lazy: keeps this module free of socket code at import
+    name = traffic.engine
+    if name not in ENGINES:
+        raise ValueError(f"unknown traffic engine {name!r} (known: {', '.join(sorted(ENGINES))})")
+    return name, ENGINES[name]
+
+
+def plan(traffic, topo, seed: int, duration_s: float) -> list[Flow]:
+    """The flows a ``TrafficSpec`` asks for on ``topo``, reproducibly for ``seed``."""
+    name, engine = _engine(traffic)
+    rng = random.Random(seed)
+    pairs = pairs_for(traffic, topo, rng)
+    rails = getattr(topo.spec, "rails", 1)
+    k_per_pair = traffic.flows_per_pair
+    n = len(pairs) * k_per_pair
+    start_s = traffic.start / 1e9
+    if start_s >= duration_s:
+        raise ValueError(f"traffic.start ({start_s:g} s) is not before the end of the run ({duration_s:g} s)")
+
+    fixed = isinstance(traffic.sport, int) and not isinstance(traffic.sport, bool)
+    base_dport = engine.dport if engine.dport is not None else traffic.dport
+    dports = ([base_dport + k for k in range(k_per_pair)] if fixed else [base_dport] * k_per_pair)
+    if max(dports) > SPORT_MAX:
+        raise ValueError(f"dport {base_dport} + {k_per_pair - 1} flows per pair exceeds {SPORT_MAX}")
+
+    if fixed:
+        sports = [traffic.sport] * n
+    elif traffic.sport == "sequential":
+        if traffic.sport_base + n - 1 > SPORT_MAX:
+            raise ValueError(f"sport sequential: {n} flows from port {traffic.sport_base} exceed {SPORT_MAX}")
+        sports = [traffic.sport_base + i for i in range(n)]
+    elif traffic.sport == "random":
+        pool = [p for p in range(traffic.sport_base, SPORT_MAX + 1) if p not in set(dports)]
+        if n > len(pool):
+            raise ValueError(f"sport random: {n} flows need distinct ports but only {len(pool)} exist "
+                             f"from {traffic.sport_base} to {SPORT_MAX}")
+        sports = rng.sample(pool, n)
+    else:
+        raise ValueError(f"unknown sport mode {traffic.sport!r}")
+
+    flows = []
+    for p, (src, dst) in enumerate(pairs):
+        for k in range(k_per_pair):
+            i = p * k_per_pair + k
+            rail = k % rails
+            flows.append(Flow(flow_id=i, src=src, dst=dst, src_addr=topo.address(src, rail),
+                              dst_addr=topo.address(dst, rail), sport=sports[i], dport=dports[k],
+                              proto=engine.proto, size_bytes=traffic.flow_size, rate_bps=traffic.rate,
+                              start_s=start_s, rail=rail, engine=name))
+    return flows
+
+
+def offered_mbps(flows: list[Flow], host_rate_bps: int, duration_s: float) -> float:
+    """Mean load the flows offer over the run, in Mbit/s: each flow at its rate (or the host link rate), for the
+    time from its start to the end of the run, no more than its size; flows leaving a host on one rail share that
+    NIC's rate."""
+    per_nic: dict[tuple[str, int], float] = {}
+    for f in flows:
+        window = max(0.0, duration_s - f.start_s)
+        rate = f.rate_bps if f.rate_bps else host_rate_bps
+        bits = rate * window
+        if f.size_bytes is not None:
+            bits = min(bits, f.size_bytes * 8)
+        key = (f.src, f.rail)
+        per_nic[key] = per_nic.get(key, 0.0) + bits
+    total = sum(min(bits, host_rate_bps * duration_s) for bits in per_nic.values())
+    return total / duration_s / 1e6 if duration_s > 0 else 0.0

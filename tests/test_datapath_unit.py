@@ -1,0 +1,354 @@
+"""The switch program, run on crafted packets with BPF_PROG_TEST_RUN (Cilium style): verdict, rewritten packet
+and map state. Needs root and BCC. skb->ifindex is set through the test-run context, which requires a device
+with that ifindex in the caller's namespace: the module runs inside a throwaway namespace ``ftb-dpt-<pid>``
+holding one veth per switch port, created with the port's ifindex."""
+import ctypes
+import os
+import random
+import time
+
+import pytest
+
+from testbed import scenario, topology
+from testbed.datapath import Datapath, DatapathError, hashing, testrun
+from testbed.datapath.testrun import TC_ACT_REDIRECT, TC_ACT_SHOT
+
+scapy_all = pytest.importorskip("scapy.all")
+Ether, IP, UDP, TCP, IPv6, ARP, Raw = (scapy_all.Ether, scapy_all.IP, scapy_all.UDP, scapy_all.TCP,
+                                       scapy_all.IPv6, scapy_all.ARP, scapy_all.Raw)
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (BPF, namespaces)")
+
+CLONE_NEWNET = 0x40000000
+SPINES = 4
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _setns(fd):
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "setns failed")
+
+
+@pytest.fixture(scope="module")
+def scen():
+    return scenario.from_dict({"topology": {"spines": SPINES, "leaves": 3, "hosts_per_leaf": 2}})
+
+
+@pytest.fixture(scope="module")
+def topo(scen):
+    return topology.build(scen.topology)
+
+
+@pytest.fixture(scope="module")
+def netns_ports(topo):
+    """Enter a throwaway namespace holding a device for every switch port's ifindex; always removed."""
+    from pyroute2 import IPRoute, netns
+    name = f"ftb-dpt-{os.getpid()}"
+    orig = os.open("/proc/self/ns/net", os.O_RDONLY)
+    netns.create(name)
+    entered = False
+    try:
+        fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+        try:
+            _setns(fd)
+            entered = True
+        finally:
+            os.close(fd)
+        with IPRoute() as ipr:
+            for sw in topo.switches:
+                for p in topo.ports[sw]:
+                    ipr.link("add", ifname=f"p{p.ifindex}", index=p.ifindex, kind="veth",
+                             peer={"ifname": f"q{p.ifindex}"})
+        yield name
+    finally:
+        if entered:
+            _setns(orig)
+        os.close(orig)
+        netns.remove(name)
+
+
+@pytest.fixture(scope="module")
+def loaded(topo, scen, netns_ports):
+    try:
+        dp = Datapath(topo, scen.switch).load()
+    except DatapathError as e:
+        pytest.skip(str(e))
+    yield dp
+    dp.close()
+
+
+@pytest.fixture
+def dp(loaded, scen):
+    """The loaded datapath, back in the scenario's mode with empty flow state and counters."""
+    loaded.set_mode(scen.switch)
+    loaded.clear_flows()
+    loaded.reset_counters()
+    return loaded
+
+
+def spec(**kw):
+    return scenario.SwitchSpec(**kw)
+
+
+# ---------------------------------------------------------------- helpers
+
+def frame(src_port, src_ip, dst_ip, sport=20000, dport=5001, proto="udp", ttl=64, ip_id=1, payload=64):
+    """A frame as it arrives on a switch port: from the peer's MAC to the port's MAC."""
+    l4 = UDP(sport=sport, dport=dport) if proto == "udp" else TCP(sport=sport, dport=dport, flags="A")
+    return (Ether(src=src_port.peer_mac, dst=src_port.mac) / IP(src=src_ip, dst=dst_ip, ttl=ttl, id=ip_id)
+            / l4 / Raw(b"x" * payload))
+
+
+def run(dp, pkt, ifindex):
+    r = testrun.run(dp.ingress_fd, bytes(pkt), ifindex=ifindex)
+    return r.verdict, Ether(r.data)
+
+
+def host_port(topo, host):
+    """The leaf-side port facing ``host`` (where its packets enter the fabric)."""
+    nic = topo.port_named(host, "eth0")
+    return topo.port(nic.peer_ifindex)
+
+
+def egress_of(topo, out):
+    """The switch port a forwarded frame left through, from its source MAC."""
+    return next(p for sw in topo.switches for p in topo.ports[sw] if p.mac == out[Ether].src.lower())
+
+
+def check_forwarded(topo, pkt_in, out):
+    """Router rewrite: MACs of the egress link, TTL − 1, valid IPv4 checksum, everything else unchanged."""
+    eg = egress_of(topo, out)
+    assert out[Ether].dst == eg.peer_mac
+    assert out[IP].ttl == pkt_in[IP].ttl - 1
+    fixed = out[IP].copy()
+    del fixed.chksum
+    assert out[IP].chksum == IP(bytes(fixed))[IP].chksum
+    expect = pkt_in[IP].copy()
+    expect.ttl -= 1
+    expect.chksum = out[IP].chksum
+    assert bytes(out[IP]) == bytes(expect)
+    return eg
+
+
+# ---------------------------------------------------------------- forwarding and ECMP
+
+def test_load_sizes_and_fd(dp, topo):
+    assert dp.ingress_fd > 0 and dp.ingress_name == "ftb_switch_ingress"
+    assert dp.sizes["N_SWITCHES"] == len(topo.switches)
+    assert dp.compile_seconds < 10
+
+
+def test_ecmp_matches_python_mirror(dp, topo):
+    rng = random.Random(42)
+    port = host_port(topo, "h0")
+    ups = [p.ifindex for p in topo.uplinks("leaf0")]
+    seed = dp.switch_seed("leaf0")
+    used = set()
+    for i in range(300):
+        sport, dport = rng.randrange(1024, 65536), rng.randrange(1, 65536)
+        proto = rng.choice(["udp", "tcp"])
+        dst = rng.choice([topo.address("h2"), topo.address("h3")])
+        pkt = frame(port, topo.address("h0"), dst, sport, dport, proto, ttl=rng.randrange(2, 256),
+                    ip_id=rng.randrange(65536))
+        verdict, out = run(dp, pkt, port.ifindex)
+        assert verdict == TC_ACT_REDIRECT
+        eg = check_forwarded(topo, pkt, out)
+        want = ups[hashing.ecmp_index(seed, topo.address("h0"), dst, sport, dport, 6 if proto == "tcp" else 17,
+                                      len(ups))]
+        assert eg.ifindex == want
+        used.add(eg.ifindex)
+    assert used == set(ups)
+
+
+def test_one_flow_always_one_port(dp, topo):
+    port = host_port(topo, "h1")
+    for _ in range(50):
+        verdict, _ = run(dp, frame(port, topo.address("h1"), topo.address("h3"), 31000, 4791), port.ifindex)
+        assert verdict == TC_ACT_REDIRECT
+    (fp,) = [f for f in dp.flow_paths() if f.sport == 31000]
+    assert fp.switch == "leaf0" and fp.saddr == topo.address("h1") and fp.daddr == topo.address("h3")
+    assert fp.dport == 4791 and fp.proto == 17
+    assert fp.paths == 1 and sum(fp.packets.values()) == 50
+
+
+def test_seeds_differ_between_switches_and_scenarios(dp, topo, scen):
+    """leaf0 and leaf1 hash with different seeds; a different hash_seed changes the choices too."""
+    p0, p1 = host_port(topo, "h0"), host_port(topo, "h2")     # h4 sits on leaf2: both leaves go up
+    ups0 = [p.ifindex for p in topo.uplinks("leaf0")]
+    ups1 = [p.ifindex for p in topo.uplinks("leaf1")]
+    s0, s1 = dp.switch_seed("leaf0"), dp.switch_seed("leaf1")
+    assert s0 != s1
+    a, b = topo.address("h0"), topo.address("h4")
+
+    def choices(seed_note):
+        got0, got1 = [], []
+        for sp in range(40000, 40100):
+            _, o0 = run(dp, frame(p0, a, b, sp, 5001), p0.ifindex)
+            _, o1 = run(dp, frame(p1, a, b, sp, 5001), p1.ifindex)   # same 5-tuple, other leaf
+            got0.append(ups0.index(egress_of(topo, o0).ifindex))
+            got1.append(ups1.index(egress_of(topo, o1).ifindex))
+        return got0, got1
+
+    c0, c1 = choices("default")
+    assert c0 == [hashing.ecmp_index(s0, a, b, sp, 5001, 17, SPINES) for sp in range(40000, 40100)]
+    assert c1 == [hashing.ecmp_index(s1, a, b, sp, 5001, 17, SPINES) for sp in range(40000, 40100)]
+    assert sum(x != y for x, y in zip(c0, c1)) > 50          # independent: ~75% differ with 4 paths
+
+    dp.set_mode(spec(hash_seed=scen.switch.hash_seed + 1))
+    d0, _ = choices("reseeded")
+    assert d0 == [hashing.ecmp_index(dp.switch_seed("leaf0"), a, b, sp, 5001, 17, SPINES)
+                  for sp in range(40000, 40100)]
+    assert sum(x != y for x, y in zip(c0, d0)) > 50
+
+
+def test_single_next_hop_at_spine(dp, topo):
+    """spine0 → leaf1 has one port: forwarded there, no per-flow state."""
+    sp_port = next(p for p in topo.ports["spine0"] if p.peer_node == "leaf0")
+    pkt = frame(sp_port, topo.address("h0"), topo.address("h3"), 1234, 80)
+    verdict, out = run(dp, pkt, sp_port.ifindex)
+    assert verdict == TC_ACT_REDIRECT
+    eg = check_forwarded(topo, pkt, out)
+    assert eg.node == "spine0" and eg.peer_node == "leaf1"
+    assert dp.flow_paths() == []
+    c = dp.port_counters()
+    assert (c[sp_port.ifindex].rx_packets, c[sp_port.ifindex].rx_bytes) == (1, len(pkt))
+    assert (c[eg.ifindex].tx_packets, c[eg.ifindex].tx_bytes) == (1, len(pkt))
+
+
+def test_down_to_host(dp, topo):
+    up = topo.uplinks("leaf1")[0]
+    pkt = frame(up, topo.address("h0"), topo.address("h3"))
+    verdict, out = run(dp, pkt, up.ifindex)
+    assert verdict == TC_ACT_REDIRECT
+    eg = check_forwarded(topo, pkt, out)
+    assert eg.peer_node == "h3" and out[Ether].dst == topo.port_named("h3", "eth0").mac
+
+
+# ---------------------------------------------------------------- spray and flowlet
+
+def test_spray_round_robin_exactly_even(dp, topo):
+    dp.set_mode(spec(load_balancing="spray", spray="round_robin"))
+    port = host_port(topo, "h0")
+    for _ in range(25 * SPINES):
+        assert run(dp, frame(port, topo.address("h0"), topo.address("h2"), 5555, 5001),
+                   port.ifindex)[0] == TC_ACT_REDIRECT
+    (fp,) = dp.flow_paths()
+    assert fp.packets == {p.ifindex: 25 for p in topo.uplinks("leaf0")}
+
+
+def test_spray_random_within_tolerance(dp, topo):
+    dp.set_mode(spec(load_balancing="spray", spray="random"))
+    port = host_port(topo, "h0")
+    n = 200 * SPINES
+    for _ in range(n):
+        run(dp, frame(port, topo.address("h0"), topo.address("h2"), 6666, 5001), port.ifindex)
+    (fp,) = dp.flow_paths()
+    assert fp.paths == SPINES
+    assert all(120 <= c <= 280 for c in fp.packets.values()), fp.packets     # mean 200, sd ~12
+
+
+def test_flowlet_keeps_port_in_burst_and_moves_after_gap(dp, topo):
+    timeout = 50_000_000                                   # 50 ms
+    dp.set_mode(spec(load_balancing="flowlet", flowlet_timeout="50ms"))
+    assert dp.switch_spec.flowlet_timeout == timeout
+    port = host_port(topo, "h1")
+    seen, checked = [], 0
+    for burst in range(12):
+        if burst:
+            time.sleep(2 * timeout / 1e9)
+        ports, stretched, last = set(), False, time.monotonic()
+        for _ in range(10):                                # back to back: gaps far below the timeout
+            verdict, out = run(dp, frame(port, topo.address("h1"), topo.address("h2"), 7777, 5001), port.ifindex)
+            assert verdict == TC_ACT_REDIRECT
+            ports.add(egress_of(topo, out).ifindex)
+            now = time.monotonic()
+            stretched |= now - last > 0.5 * timeout / 1e9  # a loaded machine paused us: not a burst any more
+            last = now
+        if not stretched:
+            assert len(ports) == 1, f"path changed inside burst {burst}"
+            checked += 1
+        seen.append(ports.pop())
+    assert checked >= 6
+    assert len(set(seen)) > 1                              # P(12 bursts on one of 4 paths) = 4^-11
+    (fp,) = dp.flow_paths()
+    assert sum(fp.packets.values()) == 120
+
+
+def test_flowlet_never_moves_when_gaps_stay_below_timeout(dp, topo):
+    dp.set_mode(spec(load_balancing="flowlet", flowlet_timeout="5s"))
+    port = host_port(topo, "h0")
+    for _ in range(20):
+        run(dp, frame(port, topo.address("h0"), topo.address("h3"), 8888, 5001), port.ifindex)
+        time.sleep(0.002)
+    (fp,) = dp.flow_paths()
+    assert fp.paths == 1 and sum(fp.packets.values()) == 20
+
+
+# ---------------------------------------------------------------- drops
+
+def _drops(dp, ifindex):
+    return dp.port_counters()[ifindex].drop_reasons
+
+
+def test_non_ipv4_dropped_and_counted(dp, topo):
+    port = host_port(topo, "h0")
+    v6 = Ether(src=port.peer_mac, dst=port.mac) / IPv6(src="fd00::1", dst="fd00::2") / UDP() / Raw(b"x" * 20)
+    arp = Ether(src=port.peer_mac, dst="ff:ff:ff:ff:ff:ff") / ARP(pdst=topo.address("h1"))
+    assert run(dp, v6, port.ifindex)[0] == TC_ACT_SHOT
+    assert run(dp, arp, port.ifindex)[0] == TC_ACT_SHOT
+    assert _drops(dp, port.ifindex) == {"not_ipv4": 2}
+    c = dp.port_counters()[port.ifindex]
+    assert c.rx_packets == 2 and c.drops == 2 and c.tx_packets == 0
+    assert dp.drop_counters()["not_ipv4"] == 2
+
+
+def test_unknown_local_destination_dropped(dp, topo):
+    port = host_port(topo, "h0")
+    net = topo.address("h0").rsplit(".", 1)[0]
+    assert run(dp, frame(port, topo.address("h0"), f"{net}.99"), port.ifindex)[0] == TC_ACT_SHOT
+    assert _drops(dp, port.ifindex) == {"empty_group": 1}
+
+
+def test_no_route_dropped(dp, topo):
+    sp_port = topo.ports["spine0"][0]
+    assert run(dp, frame(sp_port, topo.address("h0"), "10.1.2.3"), sp_port.ifindex)[0] == TC_ACT_SHOT
+    assert _drops(dp, sp_port.ifindex) == {"no_route": 1}
+
+
+def test_ttl(dp, topo):
+    port = host_port(topo, "h0")
+    assert run(dp, frame(port, topo.address("h0"), topo.address("h2"), ttl=1), port.ifindex)[0] == TC_ACT_SHOT
+    assert run(dp, frame(port, topo.address("h0"), topo.address("h2"), ttl=0), port.ifindex)[0] == TC_ACT_SHOT
+    assert _drops(dp, port.ifindex) == {"ttl": 2}
+    pkt = frame(port, topo.address("h0"), topo.address("h2"), ttl=2)
+    verdict, out = run(dp, pkt, port.ifindex)
+    assert verdict == TC_ACT_REDIRECT and out[IP].ttl == 1
+    check_forwarded(topo, pkt, out)
+
+
+def test_malformed_ipv4_dropped(dp, topo):
+    """(The kernel's test run refuses IPv4 frames shorter than an IP header, so those cannot be tried here.)"""
+    port = host_port(topo, "h0")
+    good = bytes(frame(port, topo.address("h0"), topo.address("h2"), payload=0))
+    long_ihl = good[:14] + bytes([0x4F]) + good[15:]        # claims 60 header bytes, carries 28
+    bad_version = good[:14] + bytes([0x65]) + good[15:]
+    for raw in (long_ihl, bad_version):
+        assert run(dp, raw, port.ifindex)[0] == TC_ACT_SHOT
+    assert _drops(dp, port.ifindex) == {"malformed": 2}
+
+
+def test_packet_on_unknown_port_dropped(dp, topo):
+    pkt = frame(host_port(topo, "h0"), topo.address("h0"), topo.address("h2"))
+    assert run(dp, pkt, 1)[0] == TC_ACT_SHOT                  # lo: not a switch port
+    assert dp.drop_counters()["no_port"] == 1
+
+
+def test_fragments_hash_without_ports(dp, topo):
+    """Every fragment of a datagram must take the first fragment's path."""
+    port = host_port(topo, "h0")
+    ups = [p.ifindex for p in topo.uplinks("leaf0")]
+    a, b = topo.address("h0"), topo.address("h2")
+    pkt = Ether(src=port.peer_mac, dst=port.mac) / IP(src=a, dst=b, flags="MF", id=9) / UDP(sport=1, dport=2)
+    verdict, out = run(dp, pkt, port.ifindex)
+    assert verdict == TC_ACT_REDIRECT
+    assert egress_of(topo, out).ifindex == ups[hashing.ecmp_index(dp.switch_seed("leaf0"), a, b, 0, 0, 17, SPINES)]

@@ -1,0 +1,283 @@
+"""Unit tests for testbed.report with synthetic run data (no kernel, no root)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from testbed import report as rp
+
+RATE = 100_000_000  # 100 Mbit/s
+IV = 0.5            # telemetry interval (s)
+
+
+def make_links(up_bytes: dict[tuple[str, str], list[int]], *, extra: dict | None = None) -> list[dict]:
+    """Link samples: leaf uplinks (tx with the given bytes per sample, rx 0), one host port each, spine ports."""
+    rows = []
+    n = len(next(iter(up_bytes.values())))
+    for i in range(n):
+        t = (i + 1) * IV
+        for (leaf, spine), series in up_bytes.items():
+            for direction, b in (("tx", series[i]), ("rx", 0)):
+                r = dict(time_s=t, switch=leaf, port=spine, peer=spine, direction=direction, role="up",
+                         rate_bps=RATE, bytes=b, packets=b // 1000, interval_s=IV)
+                if extra:
+                    r.update(extra)
+                rows.append(r)
+            rows.append(dict(time_s=t, switch=spine, port=leaf, peer=leaf, direction="tx", role="spine",
+                             rate_bps=RATE, bytes=series[i], packets=series[i] // 1000, interval_s=IV))
+        for leaf in sorted({lf for lf, _ in up_bytes}):
+            rows.append(dict(time_s=t, switch=leaf, port="h9", peer="h9", direction="tx", role="down",
+                             rate_bps=RATE, bytes=1234, packets=1, interval_s=IV))
+    return rows
+
+
+def make_flows(fcts: list[float | None]) -> list[dict]:
+    out = []
+    for i, f in enumerate(fcts):
+        out.append(dict(flow_id=i, src=f"h{i}", dst=f"h{i + 4}", sport=49152 + i, dport=4791, proto="udp",
+                        bytes=1_000_000, start_s=0.1, end_s=None if f is None else 0.1 + f, fct_s=f,
+                        goodput_mbps=None if f is None else 8.0 / f, paths_used=1,
+                        lost=i % 2, src_leaf="leaf0"))
+    return out
+
+
+META = dict(run_id="r1", scenario="ecmp-a2a", load_balancing="ecmp", seed=7, duration_s=2.0, offered_mbps=400.0)
+CPU = dict(cpu_bound=False, cpu_busy_max=0.42, cpu_busy_mean=0.21)
+MANIFEST = dict(scenario={"name": "ecmp-a2a", "topology": {"leaves": 2}}, seed=7, kernel="6.18",
+                versions={"testbed": "0.1.0"}, start="2025-01-01T00:00:00Z")
+
+EVEN = {("leaf0", "spine0"): [1000, 1000, 1000, 1000], ("leaf0", "spine1"): [1000, 1000, 1000, 1000],
+        ("leaf1", "spine0"): [0, 0, 0, 0], ("leaf1", "spine1"): [0, 0, 0, 0]}
+UNEVEN = {("leaf0", "spine0"): [3_000_000, 3_000_000, 3_000_000, 3_000_000],
+          ("leaf0", "spine1"): [1_000_000, 1_000_000, 1_000_000, 1_000_000],
+          ("leaf1", "spine0"): [0, 0, 0, 0], ("leaf1", "spine1"): [2_000_000, 2_000_000, 2_000_000, 2_000_000]}
+
+
+def same(a: dict, b: dict) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
+            continue
+        if x != y:
+            return False
+    return True
+
+
+# --- columns and order ----------------------------------------------------------------------------------
+
+def test_links_columns_order_and_extras(tmp_path):
+    links = make_links(EVEN, extra={"queue_bytes_max": 5, "ecn_marks": 0})
+    rp.write_run(tmp_path, MANIFEST, links, make_flows([0.01]), CPU, META)
+    df = pd.read_csv(tmp_path / "links.csv")
+    assert list(df.columns[:7]) == ["time_s", "switch", "port", "peer", "bytes", "packets", "util"]
+    assert {"direction", "role", "rate_bps", "interval_s", "queue_bytes_max", "ecn_marks"} <= set(df.columns[7:])
+    assert len(df) == len(links)
+
+
+def test_flows_columns_order_and_extras(tmp_path):
+    rp.write_run(tmp_path, MANIFEST, make_links(EVEN), make_flows([0.01, None]), CPU, META)
+    df = pd.read_csv(tmp_path / "flows.csv")
+    assert list(df.columns[:12]) == rp.FLOW_COLUMNS
+    assert list(df.columns[12:]) == ["lost", "src_leaf"]
+    assert df["fct_s"].isna().tolist() == [False, True]
+
+
+def test_summary_columns_order(tmp_path):
+    row = rp.write_run(tmp_path, MANIFEST, make_links(EVEN), make_flows([0.01]), CPU, META)
+    df = pd.read_csv(tmp_path / "summary.csv")
+    assert len(df) == 1
+    assert list(df.columns[:13]) == rp.SUMMARY_COLUMNS
+    assert list(df.columns[13:13 + len(rp.SUMMARY_EXTRA_COLUMNS)]) == rp.SUMMARY_EXTRA_COLUMNS
+    assert list(row)[:13] == rp.SUMMARY_COLUMNS
+    assert row["cpu_bound"] is False and row["cpu_busy_mean"] == 0.21 and row["cpu_busy_max"] == 0.42
+    assert df["cpu_bound"].iloc[0] == False  # noqa: E712  (read back as a boolean)
+
+
+def test_manifest_as_is_plus_files(tmp_path):
+    rp.write_run(tmp_path, MANIFEST, make_links(UNEVEN), make_flows([0.01, 0.02]), CPU, META)
+    m = json.loads((tmp_path / "manifest.json").read_text())
+    for k, v in MANIFEST.items():
+        assert m[k] == v
+    assert set(m["files"]) == {"manifest.json", "links.csv", "flows.csv", "summary.csv", "uplink_util.png",
+                               "uplink_bytes.png", "fct_cdf.png"}
+    for f in m["files"]:
+        assert (tmp_path / f).is_file()
+
+
+def test_manifest_nan_and_odd_types_are_plain_json(tmp_path):
+    man = dict(MANIFEST, nan=float("nan"), path=Path("/x"), np=np.int64(3))
+    rp.write_run(tmp_path, man, make_links(EVEN), make_flows([0.01]), CPU, META)
+    m = json.loads((tmp_path / "manifest.json").read_text())  # strict JSON: would fail on NaN
+    assert m["nan"] is None and m["path"] == "/x" and m["np"] == 3
+
+
+# --- util and summary definitions ------------------------------------------------------------------------
+
+def test_util_computation():
+    df = rp.links_frame([dict(time_s=1.0, switch="leaf0", port="spine0", peer="spine0", direction="tx",
+                              role="up", rate_bps=100_000_000, bytes=6_250_000, packets=5000, interval_s=1.0),
+                         dict(time_s=1.0, switch="leaf0", port="spine1", peer="spine1", direction="tx",
+                              role="up", rate_bps=100_000_000, bytes=625_000, packets=500, interval_s=0.1),
+                         dict(time_s=1.0, switch="leaf0", port="spine2", peer="spine2", direction="tx",
+                              role="up", rate_bps=0, bytes=0, packets=0, interval_s=0.1)])
+    assert df["util"].iloc[0] == pytest.approx(0.5)
+    assert df["util"].iloc[1] == pytest.approx(0.5)
+    assert math.isnan(df["util"].iloc[2])  # no rate → undefined, not inf
+
+
+def test_imbalance_even_is_one():
+    row = rp.summarize(rp.links_frame(make_links(EVEN)), rp.flows_frame(make_flows([0.01])), CPU, META)
+    # leaf1 sent nothing, so only leaf0's two uplinks count
+    assert row["uplink_imbalance"] == pytest.approx(1.0)
+    assert row["uplinks"] == 2
+    assert row["mean_uplink_util"] == pytest.approx(1000 * 8 / (IV * RATE))
+    assert row["max_uplink_util"] == pytest.approx(row["mean_uplink_util"])
+
+
+def test_imbalance_and_util_uneven():
+    row = rp.summarize(rp.links_frame(make_links(UNEVEN)), rp.flows_frame([]), CPU, META)
+    # uplinks of sending leaves: 12 MB, 4 MB, 0 MB (leaf1→spine0, counted: leaf1 sent), 8 MB
+    tx = [12e6, 4e6, 0.0, 8e6]
+    assert row["uplinks"] == 4
+    assert row["uplink_tx_bytes"] == 24_000_000
+    assert row["uplink_imbalance"] == pytest.approx(max(tx) / np.mean(tx))  # 2.0
+    utils = [3e6 * 8 / (IV * RATE), 1e6 * 8 / (IV * RATE), 0.0, 2e6 * 8 / (IV * RATE)]
+    assert row["mean_uplink_util"] == pytest.approx(np.mean(utils))
+    assert row["max_uplink_util"] == pytest.approx(0.48)
+
+
+def test_util_averages_over_all_samples():
+    links = make_links({("leaf0", "spine0"): [6_250_000, 0, 0, 0]})  # full rate for one of four samples
+    row = rp.summarize(rp.links_frame(links), rp.flows_frame([]), CPU, META)
+    assert row["mean_uplink_util"] == pytest.approx(1.0 / 4)
+
+
+def test_no_traffic_gives_nan():
+    row = rp.summarize(rp.links_frame([]), rp.flows_frame([]), CPU, META)
+    for k in ("mean_uplink_util", "max_uplink_util", "uplink_imbalance", "fct_p50_ms", "fct_p99_ms"):
+        assert math.isnan(row[k]), k
+    assert row["goodput_mbps"] == 0.0 and row["flows"] == 0 and row["uplinks"] == 0
+
+
+def test_percentiles_goodput_and_counts():
+    fcts = [i / 1000 for i in range(1, 101)] + [None, float("nan")]  # 1..100 ms, two unfinished
+    row = rp.summarize(rp.links_frame([]), rp.flows_frame(make_flows(fcts)), CPU, META)
+    ms = np.arange(1, 101, dtype=float)
+    assert row["fct_p50_ms"] == pytest.approx(np.percentile(ms, 50))
+    assert row["fct_p99_ms"] == pytest.approx(np.percentile(ms, 99))
+    assert row["fct_max_ms"] == pytest.approx(100.0)
+    assert row["flows"] == 102 and row["flows_completed"] == 100
+    assert row["goodput_mbps"] == pytest.approx(102 * 1_000_000 * 8 / 2.0 / 1e6)
+    assert row["lost_packets"] == sum(i % 2 for i in range(102))
+
+
+# --- files ----------------------------------------------------------------------------------------------
+
+def test_atomic_write_leaves_no_temp_files(tmp_path):
+    out = tmp_path / "new" / "run"
+    rp.write_run(out, MANIFEST, make_links(UNEVEN), make_flows([0.01, 0.02]), CPU, META)
+    assert not [p for p in out.iterdir() if p.name.startswith(".") or p.suffix == ".tmp"]
+
+
+def test_atomic_write_failure_keeps_old_file(tmp_path):
+    target = tmp_path / "x.csv"
+    target.write_text("old\n")
+
+    def boom(fh):
+        fh.write("half")
+        raise RuntimeError("crash")
+
+    with pytest.raises(RuntimeError):
+        rp._atomic_write(target, boom)
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["x.csv"]
+
+
+def test_plots_written_and_skipped(tmp_path):
+    names = rp.plots(tmp_path, rp.links_frame(make_links(UNEVEN)), rp.flows_frame(make_flows([0.01, 0.03])))
+    assert set(names) == set(rp.PLOT_FILES.values())
+    for n in names:
+        assert (tmp_path / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    empty = tmp_path / "empty"
+    assert rp.plots(empty, rp.links_frame([]), rp.flows_frame(make_flows([None]))) == []
+
+
+def test_report_regenerates_identical_summary(tmp_path):
+    names = {"weird": "NA"}  # a node called NA must survive the CSV round trip
+    links = make_links(UNEVEN) + [dict(time_s=0.5, switch="leaf0", port=names["weird"], peer="NA",
+                                       direction="tx", role="down", rate_bps=RATE, bytes=1, packets=1,
+                                       interval_s=IV)]
+    flows = make_flows([0.0123456789, 0.02, None, 0.1 / 3])
+    row = rp.write_run(tmp_path, MANIFEST, links, flows, CPU, META)
+    before = (tmp_path / "summary.csv").read_text()
+    (tmp_path / "summary.csv").unlink()
+    (tmp_path / "fct_cdf.png").unlink()
+    again = rp.report(tmp_path)
+    assert same(row, again)
+    assert (tmp_path / "summary.csv").read_text() == before
+    assert (tmp_path / "fct_cdf.png").is_file()
+    assert rp.links_frame(pd.read_csv(tmp_path / "links.csv", keep_default_na=False,
+                                      na_values=[""]))["port"].iloc[-1] == "NA"
+
+
+def test_report_without_inputs_in_manifest_uses_old_summary(tmp_path):
+    row = rp.write_run(tmp_path, MANIFEST, make_links(UNEVEN), make_flows([0.01, 0.02]), CPU, META)
+    m = json.loads((tmp_path / "manifest.json").read_text())
+    del m["report_inputs"]
+    (tmp_path / "manifest.json").write_text(json.dumps(m))
+    assert same(row, rp.report(tmp_path))
+
+
+def test_report_error_on_non_result_dir(tmp_path):
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(rp.ReportError) as e:
+        rp.report(tmp_path)
+    assert "not a result directory" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(rp.ReportError, match="no such directory"):
+        rp.report(tmp_path / "missing")
+
+
+def test_report_error_on_bad_manifest(tmp_path):
+    rp.write_run(tmp_path, MANIFEST, make_links(EVEN), make_flows([0.01]), CPU, META)
+    (tmp_path / "manifest.json").write_text("{broken")
+    with pytest.raises(rp.ReportError, match="not valid JSON"):
+        rp.report(tmp_path)
+
+
+# --- sweep ----------------------------------------------------------------------------------------------
+
+def test_sweep_table_joins_and_writes(tmp_path):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    ra = rp.write_run(a, MANIFEST, make_links(UNEVEN), make_flows([0.01]), CPU, META)
+    rb = rp.write_run(b, MANIFEST, make_links(EVEN), make_flows([0.02, 0.03]), dict(CPU, cpu_bound=True),
+                      dict(META, run_id="r2", load_balancing="spray"))
+    rc = rp.write_run(c, MANIFEST, make_links(EVEN), make_flows([0.02]), CPU, dict(META, run_id="r3"))
+    (c / "summary.csv").unlink()  # recomputed in memory, not written
+    df = rp.sweep_table([a, b, c])
+    assert list(df.columns[:13]) == rp.SUMMARY_COLUMNS
+    assert df["run_id"].tolist() == ["r1", "r2", "r3"]
+    assert df["load_balancing"].tolist() == ["ecmp", "spray", "ecmp"]
+    assert df["run_dir"].tolist() == [str(a), str(b), str(c)]
+    assert df["uplink_imbalance"].tolist() == pytest.approx([ra["uplink_imbalance"], rb["uplink_imbalance"],
+                                                             rc["uplink_imbalance"]])
+    assert df["cpu_bound"].tolist() == [False, True, False]
+    assert not (c / "summary.csv").exists()
+    out = tmp_path / "sweep"
+    assert rp.write_sweep(out, df) == ["sweep.csv", "sweep.png"]
+    back = pd.read_csv(out / "sweep.csv")
+    assert back["run_id"].tolist() == ["r1", "r2", "r3"]
+    assert not [p for p in out.iterdir() if p.suffix == ".tmp"]
+
+
+def test_sweep_table_errors_and_empty(tmp_path):
+    with pytest.raises(rp.ReportError):
+        rp.sweep_table([tmp_path])
+    empty = rp.sweep_table([])
+    assert list(empty.columns[:13]) == rp.SUMMARY_COLUMNS and len(empty) == 0
