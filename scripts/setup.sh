@@ -12,7 +12,7 @@ fi
 
 # ---- system packages (Debian's python3-bpfcc provides the `bcc` module; it is not on PyPI)
 arch=$(dpkg --print-architecture 2>/dev/null || echo amd64)
-PKGS=(python3-bpfcc bpfcc-tools python3-venv python3-pip linux-libc-dev "linux-headers-$arch"
+PKGS=(python3-bpfcc bpfcc-tools python3-venv python3-pip linux-libc-dev iputils-ping
       tshark tcpdump ethtool iproute2)
 missing=()
 for p in "${PKGS[@]}"; do

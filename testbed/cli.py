@@ -1,0 +1,295 @@
+"""The ``testbed`` command: run, up, down, status, exec, sweep, report, doctor, clean, bench.
+
+Every failure a user can cause (a wrong key, a missing kernel feature, no root, a name in use) ends as one line
+``error: …`` on stderr and a non-zero exit, with nothing left in the kernel. FTB_DEBUG=1 shows tracebacks.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from . import scenario as scenario_mod
+
+ESSENTIAL = ("root", "bpf", "veth", "clsact", "cls_bpf", "tbf")
+
+
+class UserError(click.ClickException):
+    def show(self, file=None):
+        click.echo(f"error: {self.message}", err=True)
+
+
+def _known_errors() -> tuple[type[BaseException], ...]:
+    from .capture import CaptureError
+    from .datapath import DatapathError
+    from .doctor import MissingFeature
+    from .fabric import FabricError
+    from .lab import LabError
+    from .netns import NetnsError
+    from .report import ReportError
+    from .workloads import WorkloadError
+    return (scenario_mod.ScenarioError, LabError, FabricError, DatapathError, WorkloadError, CaptureError,
+            MissingFeature, ReportError, NetnsError, FileExistsError, PermissionError, ValueError, OSError)
+
+
+def _on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise UserError(f"testbed {what} needs root (network namespaces, tc and eBPF): run it with sudo")
+
+
+def _load(path: str, sets: tuple[str, ...]):
+    return scenario_mod.load(path, sets)
+
+
+def _echo(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+def _pick_lab(name: str | None) -> str:
+    from .lab import all_labs
+    labs = all_labs()
+    if name:
+        if not any(lab["name"] == name for lab in labs):
+            raise UserError(f"no lab named '{name}' (see `testbed status`)")
+        return name
+    if len(labs) == 1:
+        return labs[0]["name"]
+    if not labs:
+        raise UserError("no lab is up (start one with `testbed up SCENARIO`)")
+    raise UserError(f"{len(labs)} labs are up ({', '.join(lab['name'] for lab in labs)}): name one with --lab")
+
+
+set_option = click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE",
+                          help="Override any scenario key, e.g. --set switch.load_balancing=spray (repeatable).")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="fabric-testbed")
+def cli():
+    """fabric-testbed: AI data-centre fabrics on the real Linux kernel datapath."""
+
+
+@cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), help="Result directory (default results/<run-id>).")
+@set_option
+def run(scenario, out, sets):
+    """Build the fabric, run the scenario's traffic, sample telemetry, tear down, write CSVs."""
+    scen = _load(scenario, sets)
+    _need_root("run")
+    from . import runner
+    outdir, row = runner.run(scen, out, source=scenario, log=_echo)
+    _echo(f"goodput {row.get('goodput_mbps', float('nan')):.1f} Mbit/s of {row.get('offered_mbps', 0):.1f} "
+          f"offered; uplink imbalance {row.get('uplink_imbalance', float('nan')):.2f}; "
+          f"FCT p99 {row.get('fct_p99_ms', float('nan')):.1f} ms; cpu_bound={row.get('cpu_bound')}")
+    click.echo(f"results: {outdir}")
+
+
+@cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--name", help="Lab name (lowercase letters/digits, ≤12; default from the scenario).")
+@set_option
+def up(scenario, name, sets):
+    """Build a lab and leave it running (containerlab style); `testbed down` removes it."""
+    from .lab import Lab, reap_stale
+    scen = _load(scenario, sets)
+    _need_root("up")
+    name = name or (re.sub(r"[^a-z0-9]", "", scen.name.lower())[:12] or "lab")
+    reap_stale()
+    with Lab(scen, name, kind="up", keep=True, source=scenario) as lab:
+        topo = lab.topo
+        click.echo(f"lab '{name}' is up: {len(topo.hosts)} hosts, {len(topo.switches)} switches "
+                   f"({scen.switch.load_balancing}); try `testbed exec h0 -- ping -c3 "
+                   f"{topo.address(topo.hosts[-1])}`")
+
+
+@cli.command()
+@click.argument("name", required=False)
+def down(name):
+    """Remove a lab made by `testbed up`."""
+    from .lab import remove
+    _need_root("down")
+    name = _pick_lab(name)
+    n = remove(name)
+    click.echo(f"lab '{name}' removed ({n} namespaces)")
+
+
+@cli.command()
+@click.argument("name", required=False)
+def status(name):
+    """Labs that are up; with NAME, its nodes and addresses."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from . import topology
+    from .lab import all_labs, namespaces_of
+    labs = all_labs()
+    if name:
+        st = next((lab for lab in labs if lab["name"] == name), None)
+        if not st:
+            raise UserError(f"no lab named '{name}'")
+        topo = topology.build(scenario_mod.from_dict(st["scenario"]).topology)
+        t = Table(title=f"lab {name}")
+        for col in ("node", "kind", "namespace", "interfaces"):
+            t.add_column(col)
+        for n, node in topo.nodes.items():
+            ifs = ", ".join(f"{p.ifname}→{p.peer_node}" + (f" {p.address}" if p.address else "")
+                            for p in topo.ports[n])
+            t.add_row(n, node.kind, st["nodes"][n], ifs)
+        Console().print(t)
+        return
+    if not labs:
+        click.echo("no labs are up")
+        return
+    t = Table(title="labs")
+    for col in ("name", "kind", "pid", "namespaces", "scenario", "source"):
+        t.add_column(col)
+    for lab in labs:
+        t.add_row(lab["name"], lab["kind"], str(lab.get("pid") or "-"), str(len(namespaces_of(lab["name"]))),
+                  lab["scenario"].get("name", ""), lab.get("source", ""))
+    Console().print(t)
+
+
+@cli.command(name="exec", context_settings={"ignore_unknown_options": True})
+@click.option("--lab", "lab_name", help="Lab name (default: the only lab that is up).")
+@click.argument("node")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(lab_name, node, cmd):
+    """Run CMD inside NODE's namespace: testbed exec h0 -- ping -c1 198.18.1.1"""
+    from . import netns
+    from .lab import read_state
+    _need_root("exec")
+    lab_name = _pick_lab(lab_name)
+    nodes = read_state(lab_name)["nodes"]
+    if node not in nodes:
+        raise UserError(f"lab '{lab_name}' has no node '{node}' (nodes: {', '.join(list(nodes)[:8])} …)")
+    try:
+        proc = netns.spawn(nodes[node], list(cmd))
+    except FileNotFoundError:
+        raise UserError(f"{cmd[0]}: command not found") from None
+    sys.exit(proc.wait())
+
+
+@cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--vary", "varies", multiple=True, required=True, metavar="KEY.PATH=V1,V2,…",
+              help="A key and the values to try (repeatable: the runs are every combination).")
+@click.option("--out", type=click.Path(file_okay=False), help="Sweep directory (default results/sweep-<time>).")
+@set_option
+def sweep(scenario, varies, out, sets):
+    """Run a scenario once per combination of --vary values and join the summaries into sweep.csv."""
+    import datetime as dt
+
+    from . import report, runner
+    axes = []
+    for v in varies:
+        key, sep, values = v.partition("=")
+        if not sep or not values:
+            raise UserError(f"--vary {v!r}: expected key.path=v1,v2")
+        axes.append([(key, x) for x in values.split(",")])
+    combos = list(itertools.product(*axes))
+    scens = [_load(scenario, sets + tuple(f"{k}={x}" for k, x in combo)) for combo in combos]   # validate all
+    _need_root("sweep")
+    outdir = Path(out) if out else runner.RESULTS_DIR / f"sweep-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    dirs = []
+    for i, (combo, scen) in enumerate(zip(combos, scens)):
+        label = "_".join(f"{k.rsplit('.', 1)[-1]}-{x}" for k, x in combo)
+        _echo(f"[{i + 1}/{len(combos)}] {label}")
+        d, _ = runner.run(scen, outdir / f"{i:02d}-{re.sub(r'[^A-Za-z0-9_.-]', '', label)}", source=scenario,
+                          log=_echo)
+        dirs.append(d)
+    df = report.sweep_table(dirs)
+    report.write_sweep(outdir, df)
+    cols = [c for c in ("run_dir", "load_balancing", "goodput_mbps", "uplink_imbalance", "fct_p99_ms",
+                        "cpu_bound") if c in df.columns]
+    click.echo(df[cols].to_string(index=False))
+    click.echo(f"results: {outdir / 'sweep.csv'}")
+
+
+@cli.command(name="report")
+@click.argument("result_dir", type=click.Path())
+def report_(result_dir):
+    """Recompute summary.csv and the plots of a result directory."""
+    from . import report
+    row = report.report(result_dir)
+    click.echo(", ".join(f"{k}={v}" for k, v in row.items() if k in report.SUMMARY_COLUMNS))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def doctor(as_json):
+    """What this kernel can and cannot do, found by trying each feature."""
+    from . import doctor as doc
+    caps = doc.probe()
+    if as_json:
+        import json
+        click.echo(json.dumps(doc.as_dict(caps), indent=2))
+    else:
+        from rich.console import Console
+        Console(width=max(120, Console().width)).print(doc.render(caps))
+    missing = [c.name for c in caps if c.name in ESSENTIAL and not c.ok]
+    if missing:
+        raise UserError(f"this machine cannot run the testbed: missing {', '.join(missing)}")
+
+
+@cli.command()
+def clean():
+    """Remove every leftover of this tool (labs, namespaces and what is in them), even after a crash."""
+    from .lab import clean_all
+    _need_root("clean")
+    labs, stray = clean_all()
+    click.echo(f"removed {labs} lab(s) and {stray} stray namespace(s)")
+
+
+@cli.command()
+@click.argument("what", type=click.Choice(["build", "pps", "all"]), default="all")
+@click.option("--sizes", default="16,128,1024", help="Host counts for the build benchmark.")
+@click.option("--seconds", default=3.0, help="Traffic time per pps measurement.")
+def bench(what, sizes, seconds):
+    """Benchmarks with same-run baselines (see bench/)."""
+    _need_root("bench")
+    from . import bench as b
+    if what in ("build", "all"):
+        b.print_build([int(x) for x in sizes.split(",")])
+    if what in ("pps", "all"):
+        b.print_pps(seconds)
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGHUP, _on_sigterm)
+    debug = os.environ.get("FTB_DEBUG") == "1"
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("error: interrupted; everything the run built was removed", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("error: interrupted; everything the run built was removed", err=True)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as e:            # noqa: BLE001 — one line for the user, traceback on demand
+        if debug:
+            raise
+        known = isinstance(e, _known_errors())
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        click.echo(f"error: {msg}" if known else f"error: {type(e).__name__}: {msg} (FTB_DEBUG=1 for details)",
+                   err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""A lab: one scenario's fabric + datapath living in the kernel, with a state file that outlives crashes.
+
+The state file (``/run/fabric-testbed/labs/<name>.json``) is written *before* anything is created, so a run
+that dies half-way can always be cleaned: ``testbed run`` reaps labs of kind ``run`` whose process is gone,
+``testbed clean`` removes every namespace with the tool's prefix. A name already in use is refused.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+from . import netns, topology
+from .fabric import Fabric, FabricError
+from .scenario import Scenario, to_dict
+
+LABS_DIR = Path(netns.STATE_DIR) / "labs"
+NAME_RE = re.compile(r"^[a-z0-9]{1,12}$")
+
+
+class LabError(Exception):
+    pass
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name):
+        raise LabError(f"lab name {name!r}: use 1–12 lowercase letters or digits")
+    return name
+
+
+def state_path(name: str) -> Path:
+    return LABS_DIR / f"{name}.json"
+
+
+def read_state(name: str) -> dict | None:
+    try:
+        return json.loads(state_path(name).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def all_labs() -> list[dict]:
+    out = []
+    for p in sorted(LABS_DIR.glob("*.json")) if LABS_DIR.exists() else []:
+        st = read_state(p.stem)
+        if st:
+            out.append(st)
+    return out
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def namespaces_of(name: str) -> list[str]:
+    return netns.list_names(f"{netns.PREFIX}{name}-")
+
+
+def remove(name: str) -> int:
+    """Remove a lab's namespaces (and so everything in them) and its state file."""
+    names = namespaces_of(name)
+    netns.delete(names)
+    try:
+        state_path(name).unlink()
+    except FileNotFoundError:
+        pass
+    return len(names)
+
+
+def reap_stale() -> list[str]:
+    """Labs of finished or crashed ``run`` processes: their owner is gone, nothing else will remove them."""
+    gone = []
+    for st in all_labs():
+        if st.get("kind") == "run" and not _alive(st.get("pid")):
+            remove(st["name"])
+            gone.append(st["name"])
+    return gone
+
+
+def clean_all() -> tuple[int, int]:
+    """Every namespace and state file this tool ever made, whoever made it."""
+    labs = all_labs()
+    for st in labs:
+        remove(st["name"])
+    leftovers = netns.list_names()
+    netns.delete(leftovers)
+    return len(labs), len(leftovers)
+
+
+class Lab:
+    """Context manager: build on enter; tear down on exit unless ``keep`` (``testbed up``)."""
+
+    def __init__(self, scen: Scenario, name: str, kind: str = "run", keep: bool = False, source: str = ""):
+        self.scen, self.name, self.kind, self.keep, self.source = scen, check_name(name), kind, keep, source
+        self.topo = topology.build(scen.topology)
+        self.fabric = Fabric(self.topo, name)
+        self.datapath = None
+
+    def __enter__(self) -> "Lab":
+        LABS_DIR.mkdir(parents=True, exist_ok=True)
+        existing = read_state(self.name)
+        if existing or namespaces_of(self.name):
+            if existing and existing.get("kind") == "run" and not _alive(existing.get("pid")):
+                remove(self.name)             # a crashed run of the same name: clean it, go on
+            else:
+                who = f" (pid {existing.get('pid')}, {existing.get('kind')})" if existing else ""
+                raise LabError(f"lab '{self.name}' is already running{who}: "
+                               f"`testbed down {self.name}` first, or pick another name")
+        state = {"name": self.name, "kind": self.kind, "pid": os.getpid() if self.kind == "run" else None,
+                 "created": time.time(), "source": self.source, "scenario": to_dict(self.scen),
+                 "nodes": {n: self.fabric.ns[n] for n in self.topo.nodes}}
+        tmp = state_path(self.name).with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, state_path(self.name))
+        try:
+            self.fabric.build()
+            from .datapath import Datapath
+            self.datapath = Datapath(self.topo, self.scen.switch).load()
+            self.fabric.attach_ingress(self.datapath.ingress_fd, self.datapath.ingress_name)
+        except BaseException:
+            self.close(force=True)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close(force=exc[0] is not None)
+
+    def close(self, force: bool = False) -> None:
+        if self.keep and not force:
+            return
+        try:
+            self.fabric.teardown()
+        finally:
+            if self.datapath is not None:
+                self.datapath.close()
+                self.datapath = None
+            try:
+                state_path(self.name).unlink()
+            except FileNotFoundError:
+                pass
+
+
+__all__ = ["Lab", "LabError", "FabricError", "all_labs", "clean_all", "reap_stale", "remove", "read_state"]
