@@ -1,0 +1,80 @@
+"""Shared fixtures: real labs (namespaces + eBPF) that are always torn down, and helpers that send packets."""
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed import netns, scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTBED = [sys.executable, "-m", "testbed.cli"]
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.geteuid() != 0:
+        skip = pytest.mark.skip(reason="needs root (network namespaces, tc, eBPF)")
+        for item in items:
+            if "e2e" in item.keywords:
+                item.add_marker(skip)
+
+
+def make_scenario(**sections) -> scenario.Scenario:
+    return scenario.from_dict(sections)
+
+
+@pytest.fixture
+def lab():
+    """lab(scenario) → a built Lab (fabric + datapath attached); everything is removed after the test."""
+    from testbed.lab import Lab
+    made = []
+
+    def build(scen: scenario.Scenario):
+        lb = Lab(scen, "t" + secrets.token_hex(4))
+        lb.__enter__()
+        made.append(lb)
+        return lb
+
+    yield build
+    for lb in made:
+        lb.close(force=True)
+        assert not netns.list_names(f"{netns.PREFIX}{lb.name}-"), "lab namespaces left behind"
+
+
+def udp_send(lab, src: str, dst: str, count: int, sport: int, dport: int = 9000, size: int = 64,
+             rail: int = 0, gap_s: float = 0.0) -> None:
+    """Send ``count`` UDP datagrams from host ``src`` to ``dst`` (blocking socket: the shaped link paces it)."""
+    topo = lab.topo
+    saddr, daddr = topo.address(src, rail), topo.address(dst, rail)
+
+    def go():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((saddr, sport))
+        payload = bytes(size)
+        for _ in range(count):
+            s.sendto(payload, (daddr, dport))
+            if gap_s:
+                time.sleep(gap_s)
+        s.close()
+    netns.run_in(lab.fabric.ns[src], go)
+
+
+def testbed_cli(*args, timeout=120, **kw) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(TESTBED + list(args), capture_output=True, text=True, timeout=timeout, cwd=kw.pop("cwd", ROOT),
+                          env=env, **kw)
+
+
+def wait_for(pred, timeout=10.0, step=0.05):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()

@@ -1,0 +1,243 @@
+"""End-to-end: real namespaces, veths, TBF shaping and the eBPF switch program, with real packets.
+
+Each test would fail if the feature it names were broken. Assertions are on counts and ratios read from the
+datapath's BPF maps, never on wall-clock time.
+"""
+from __future__ import annotations
+
+import math
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+
+from testbed import netns, workloads
+from testbed.datapath import hashing
+
+from conftest import make_scenario, udp_send
+
+pytestmark = pytest.mark.e2e
+
+FAST = {"rate": "1gbit", "buffer": "1MB"}
+
+
+def _ping(lab, src, dst_addr) -> bool:
+    p = netns.spawn(lab.fabric.ns[src], ["ping", "-c1", "-W2", "-q", dst_addr],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return p.wait() == 0
+
+
+def _uplink_packets(lab, leaf, fp) -> dict[str, int]:
+    names = {p.ifindex: p.ifname for p in lab.topo.uplinks(leaf)}
+    return {names[i]: n for i, n in fp.packets.items() if i in names and n}
+
+
+def _flows_at(lab, leaf):
+    return [fp for fp in lab.datapath.flow_paths() if fp.switch == leaf]
+
+
+@pytest.mark.parametrize("mode", ["ecmp", "flowlet", "spray"])
+def test_ping_between_every_host_pair(lab, mode):
+    lb = lab(make_scenario(topology={"spines": 2, "leaves": 2, "hosts_per_leaf": 2},
+                           switch={"load_balancing": mode}))
+    hosts = lb.topo.hosts
+    failed = [(a, b) for a in hosts for b in hosts if a != b and not _ping(lb, a, lb.topo.address(b))]
+    assert not failed, f"no reply for {failed}"
+    # the packets crossed the eBPF switches: every host port and the spine layer forwarded them
+    counters = lb.datapath.port_counters()
+    downs = [p for sw in lb.topo.switches for p in lb.topo.ports[sw] if p.role == "down"]
+    assert all(counters[p.ifindex].rx_packets >= 2 * (len(hosts) - 1) for p in downs)
+    spines = [p for sw in lb.topo.switches for p in lb.topo.ports[sw] if p.role == "spine"]
+    assert sum(counters[p.ifindex].rx_packets for p in spines) >= 8 * 2   # 8 cross-leaf pairs, echo + reply
+
+
+def test_ecmp_pins_each_flow_and_spreads_flows_binomially(lab):
+    lb = lab(make_scenario(topology={"spines": 4, "leaves": 2, "hosts_per_leaf": 1, "host_link": FAST,
+                                     "fabric_link": FAST},
+                           switch={"load_balancing": "ecmp", "hash_seed": 11}))
+    n_flows, per_flow = 64, 20
+    for k in range(n_flows):
+        udp_send(lb, "h0", "h1", per_flow, sport=30000 + k)
+    assert lb.datapath.drop_counters().get("no_route", 0) == 0
+    flows = _flows_at(lb, "leaf0")
+    assert len(flows) == n_flows
+    load = Counter()
+    seed = lb.datapath.switch_seed("leaf0")
+    ups = [p.ifindex for p in lb.topo.uplinks("leaf0")]
+    for fp in flows:
+        used = {i: n for i, n in fp.packets.items() if n}
+        assert len(used) == 1, f"ECMP split flow {fp.sport} over {used}"
+        (ifx, n), = used.items()
+        assert n == per_flow
+        # the switch chose exactly what the hash predicts
+        assert ups[hashing.ecmp_index(seed, fp.saddr, fp.daddr, fp.sport, fp.dport, fp.proto, 4)] == ifx
+        load[ifx] += 1
+    # 64 flows over 4 uplinks: Binomial(64, 1/4) per uplink, mean 16, sd 3.46 — within 4 sd, and all used
+    sd = math.sqrt(n_flows * 0.25 * 0.75)
+    assert len(load) == 4
+    assert all(abs(c - 16) <= 4 * sd for c in load.values()), load
+
+
+def test_ecmp_seed_changes_the_choice_per_switch(lab):
+    lb = lab(make_scenario(topology={"spines": 4, "leaves": 2, "hosts_per_leaf": 1}))
+    assert lb.datapath.switch_seed("leaf0") != lb.datapath.switch_seed("leaf1")
+
+
+@pytest.mark.parametrize("kind,packets,tolerance", [("round_robin", 4000, 0.05), ("random", 20000, 0.05)])
+def test_spray_splits_one_flow_evenly_over_all_uplinks(lab, kind, packets, tolerance):
+    lb = lab(make_scenario(topology={"spines": 4, "leaves": 2, "hosts_per_leaf": 1, "host_link": FAST,
+                                     "fabric_link": FAST},
+                           switch={"load_balancing": "spray", "spray": kind}))
+    udp_send(lb, "h0", "h1", packets, sport=40000)
+    (fp,) = _flows_at(lb, "leaf0")
+    per_uplink = _uplink_packets(lb, "leaf0", fp)
+    assert sum(per_uplink.values()) == packets
+    assert len(per_uplink) == 4
+    for name, n in per_uplink.items():
+        share = n / packets
+        assert abs(share - 0.25) <= 0.25 * tolerance, f"{name}: {share:.4f} of the flow ({per_uplink})"
+
+
+def test_flowlet_switches_only_after_an_idle_gap(lab):
+    timeout = "50ms"
+    lb = lab(make_scenario(topology={"spines": 4, "leaves": 2, "hosts_per_leaf": 1, "host_link": FAST,
+                                     "fabric_link": FAST},
+                           switch={"load_balancing": "flowlet", "flowlet_timeout": timeout}))
+    bursts, per_burst = 24, 20
+    chosen = []
+    prev = Counter()
+    for _ in range(bursts):
+        udp_send(lb, "h0", "h1", per_burst, sport=41000)
+        (fp,) = _flows_at(lb, "leaf0")
+        now = Counter(_uplink_packets(lb, "leaf0", fp))
+        delta = {k: now[k] - prev[k] for k in now if now[k] - prev[k]}
+        prev = now
+        # never inside a burst: all packets of one burst (µs apart) took one uplink
+        assert len(delta) == 1 and sum(delta.values()) == per_burst, delta
+        chosen.append(next(iter(delta)))
+        time.sleep(0.15)            # idle gap of 150 ms > 50 ms: a new flowlet, a fresh random path
+    # 24 flowlets on 4 uplinks at random: P(one uplink only) = 4 · 4^-24 — a stuck path means no switching
+    assert len(set(chosen)) >= 2, chosen
+    assert sum(1 for a, b in zip(chosen, chosen[1:]) if a != b) >= 5, chosen
+
+
+def test_flowlet_keeps_the_path_while_gaps_stay_below_the_timeout(lab):
+    lb = lab(make_scenario(topology={"spines": 4, "leaves": 2, "hosts_per_leaf": 1, "host_link": FAST,
+                                     "fabric_link": FAST},
+                           switch={"load_balancing": "flowlet", "flowlet_timeout": "500ms"}))
+    for _ in range(20):
+        udp_send(lb, "h0", "h1", 10, sport=42000)
+        time.sleep(0.005)           # 5 ms gaps ≪ 500 ms
+    (fp,) = _flows_at(lb, "leaf0")
+    assert len(_uplink_packets(lb, "leaf0", fp)) == 1
+
+
+@pytest.mark.parametrize("host_rate,fabric_rate", [(40, 1000), (1000, 30)])
+def test_links_are_shaped_to_their_rate(lab, host_rate, fabric_rate):
+    """One blasting UDP flow gets the bottleneck rate (host NIC or a spine link) within ±5%."""
+    lb = lab(make_scenario(topology={"spines": 1, "leaves": 2, "hosts_per_leaf": 1,
+                                     "host_link": {"rate": f"{host_rate}mbit", "buffer": "256KB"},
+                                     "fabric_link": {"rate": f"{fabric_rate}mbit", "buffer": "256KB"}}))
+    flow = workloads.Flow(0, "h0", "h1", lb.topo.address("h0"), lb.topo.address("h1"), 43000, 5001, "udp",
+                          None, None, 0.0)
+    before = lb.datapath.port_counters()
+    duration = 3.0
+    (res,) = workloads.run([flow], lambda h: lb.fabric.ns[h], duration, 1500)
+    after = lb.datapath.port_counters()
+    bottleneck = min(host_rate, fabric_rate) * 1e6
+    # the wire carries Ethernet frames: 1514 bytes per 1472 bytes of UDP payload
+    wire_bps = res.bytes * 1514 / 1472 * 8 / (res.end_s - res.start_s)
+    assert abs(wire_bps / bottleneck - 1) <= 0.05, f"{wire_bps / 1e6:.2f} Mbit/s on a {bottleneck / 1e6:g} Mbit/s path"
+    if fabric_rate < host_rate:
+        # the spine's queue overflowed: the excess was dropped at the shaped fabric link, not delivered
+        up = lb.topo.uplinks("leaf0")[0]
+        tx = after[up.ifindex].tx_packets - before[up.ifindex].tx_packets
+        assert res.packets_received < tx
+    else:
+        assert res.lost == 0            # a blocking sender on its own shaped NIC is back-pressured
+
+
+def test_multi_rail_hosts_use_their_rails_leaf(lab):
+    lb = lab(make_scenario(topology={"spines": 1, "leaves": 2, "hosts_per_leaf": 1, "rails": 2}))
+    topo = lb.topo
+    # h0's NIC r attaches to the leaf of rail r; h1 is in host group 1
+    assert [topo.leaf_of("h0", r) for r in (0, 1)] == ["leaf0", "leaf2"]
+    assert [topo.leaf_of("h1", r) for r in (0, 1)] == ["leaf1", "leaf3"]
+    for rail, count in ((0, 300), (1, 500)):
+        udp_send(lb, "h0", "h1", count, sport=44000 + rail, rail=rail)
+    c = lb.datapath.port_counters()
+    rx = {leaf: c[topo.port_named(leaf, "h0").ifindex].rx_packets for leaf in ("leaf0", "leaf2")}
+    assert 300 <= rx["leaf0"] < 500 and 500 <= rx["leaf2"] < 700, rx
+    spine_rx = {s: sum(c[p.ifindex].rx_packets for p in topo.ports[s]) for s in ("spine0", "spine1")}
+    assert 300 <= spine_rx["spine0"] < 500 and 500 <= spine_rx["spine1"] < 700, spine_rx
+    for rail in (0, 1):
+        assert _ping(lb, "h0", topo.address("h1", rail))
+
+
+def test_host_offloads_are_off_so_switches_see_wire_sized_packets(lab):
+    lb = lab(make_scenario(topology={"spines": 1, "leaves": 2, "hosts_per_leaf": 1}))
+    # a TCP stream: with TSO/GSO on, the leaf would see ~64 KB super-packets
+    flow = workloads.Flow(0, "h0", "h1", lb.topo.address("h0"), lb.topo.address("h1"), 45000, 5001, "tcp",
+                          2_000_000, None, 0.0)
+    before = lb.datapath.port_counters()
+    (res,) = workloads.run([flow], lambda h: lb.fabric.ns[h], 5.0, 1500)
+    assert res.bytes == 2_000_000
+    c = lb.datapath.port_counters()[lb.topo.port_named("leaf0", "h0").ifindex]
+    c0 = before[lb.topo.port_named("leaf0", "h0").ifindex]
+    avg = (c.rx_bytes - c0.rx_bytes) / (c.rx_packets - c0.rx_packets)
+    assert avg <= 1514, f"average frame {avg:.0f} bytes: segmentation offload still on"
+
+
+def test_teardown_leaves_no_namespace_veth_or_bpf_program(lab):
+    from testbed.lab import Lab
+    progs_before = _switch_programs()
+    lb = Lab(make_scenario(topology={"spines": 2, "leaves": 2, "hosts_per_leaf": 2}), "tdown1")
+    with lb:
+        assert len(netns.list_names("ftb-tdown1-")) == 8
+        assert len(_switch_programs()) == len(progs_before) + 1
+        assert _ping(lb, "h0", lb.topo.address("h3"))
+    assert netns.list_names("ftb-tdown1-") == []
+    # the kernel frees namespaces (and with them veths, filters and the program) asynchronously
+    from conftest import wait_for
+    assert wait_for(lambda: len(_switch_programs()) == len(progs_before), timeout=20), "BPF program still loaded"
+    assert not _root_veths_with_our_macs()
+
+
+def _switch_programs() -> list[int]:
+    """Ids of loaded BPF programs named like the switch program (bpf syscall, no bpftool needed)."""
+    import ctypes
+    import struct
+    libc = ctypes.CDLL(None, use_errno=True)
+    ids, cur = [], 0
+    while True:
+        attr = ctypes.create_string_buffer(struct.pack("II", cur, 0), 128)
+        if libc.syscall(321, 11, attr, 128) != 0:          # BPF_PROG_GET_NEXT_ID
+            break
+        cur = struct.unpack_from("I", attr.raw, 4)[0]
+        attr = ctypes.create_string_buffer(struct.pack("I", cur), 128)
+        fd = libc.syscall(321, 13, attr, 128)              # BPF_PROG_GET_FD_BY_ID
+        if fd < 0:
+            continue
+        info = ctypes.create_string_buffer(256)
+        q = ctypes.create_string_buffer(struct.pack("IIQ", fd, 256, ctypes.addressof(info)), 128)
+        if libc.syscall(321, 15, q, 128) == 0:              # BPF_OBJ_GET_INFO_BY_FD
+            name = info.raw[64:80].split(b"\0")[0]
+            if name.startswith(b"ftb_switch"):
+                ids.append(cur)
+        import os
+        os.close(fd)
+    return ids
+
+
+def _root_veths_with_our_macs() -> list[str]:
+    import os
+    out = []
+    for dev in os.listdir("/sys/class/net"):
+        try:
+            mac = open(f"/sys/class/net/{dev}/address").read().strip()
+        except OSError:
+            continue
+        if mac.startswith("02:fb:"):
+            out.append(dev)
+    return out
