@@ -37,8 +37,16 @@ def _known_errors() -> tuple[type[BaseException], ...]:
             MissingFeature, ReportError, NetnsError, FileExistsError, PermissionError, ValueError, OSError)
 
 
+class Terminated(BaseException):
+    """SIGTERM/SIGHUP, raised where the main thread is, so every ``finally`` tears down what it built."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
 def _on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)
+    raise Terminated(signum)
 
 
 def _need_root(what: str) -> None:
@@ -279,6 +287,10 @@ def main() -> None:
     except KeyboardInterrupt:
         click.echo("error: interrupted; everything the run built was removed", err=True)
         sys.exit(130)
+    except Terminated as t:
+        click.echo(f"error: terminated by {signal.Signals(t.signum).name}; everything the run built was removed",
+                   err=True)
+        sys.exit(128 + t.signum)
     except SystemExit:
         raise
     except Exception as e:            # noqa: BLE001 — one line for the user, traceback on demand

@@ -65,7 +65,7 @@ def udp_send(lab, src: str, dst: str, count: int, sport: int, dport: int = 9000,
     netns.run_in(lab.fabric.ns[src], go)
 
 
-def testbed_cli(*args, timeout=120, **kw) -> subprocess.CompletedProcess:
+def run_cli(*args, timeout=120, **kw) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(TESTBED + list(args), capture_output=True, text=True, timeout=timeout, cwd=kw.pop("cwd", ROOT),
                           env=env, **kw)

@@ -1,0 +1,460 @@
+"""Benchmarks with baselines measured in the same run (``testbed bench``, ``bench/*.py``).
+
+Two measurements, each printed next to a baseline taken in the same process a moment earlier or later, because
+absolute times on a shared 2-core VM move by tens of percent from one minute to the next:
+
+``print_build(sizes)``
+    Build + teardown of leaf–spine fabrics of the given host counts, exactly as a lab does it: namespaces,
+    veth pairs, TBF on both ends of every link, addresses, routes, offloads off, then the eBPF datapath compiled,
+    loaded and attached to every switch port. Per phase (``Fabric.timings``), the datapath compile/load, total
+    up and down, and "kernel done": teardown returns once the namespaces are unmounted, but the kernel destroys
+    them later on its ``netns`` workqueue (``cleanup_net``). Done is when the ``net_namespace`` slab has given
+    back the fabric's namespaces and no kworker runs ``netns`` work. Same-run baseline: the kernel floor (the
+    same namespaces and veth pairs, set up, nothing else — no qdisc, address, route, offload, BPF).
+    Goals (the issue) and Mininet figures (measured earlier on this machine class: *reference*, not same-run)
+    are printed next to the figures.
+
+``print_pps(seconds)``
+    Packets/s and CPU per packet through h0 → leaf0 → spine → leaf1 → h1 of a 2 spines × 2 leaves × 1 host
+    fabric at 10 Gbit/s (so the CPU, not the shaper, is the limit), (a) with the eBPF switch program and
+    (b) with plain kernel IP forwarding (multipath routes), two fabrics built side by side, traffic alternated
+    between them for a few rounds, medians compared. A Python ``send`` loop in h0's namespace sends 64-byte UDP
+    datagrams; h1 counts them (interface rx counter, read through /proc/thread-self/net/dev in h1's namespace)
+    and drops them at a socket that is never read. CPU per packet = (system + irq + softirq) time of all CPUs
+    from /proc/stat over the window ÷ packets received; it includes the sender's syscall path, which is the
+    same in both modes.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import sys
+import textwrap
+import threading
+import time
+from dataclasses import dataclass, field
+
+from . import netns, scenario, topology
+from .fabric import Fabric
+from .netlink import Batch
+
+# ------------------------------------------------------------------ goals and reference numbers
+
+GOAL_UP_1024 = 3.0        # s, 1,024 hosts, shaping + eBPF
+GOAL_DOWN = 1.0           # s
+GOAL_UP_128 = 0.5         # s
+GOAL_PPS_RATIO = 1.10     # eBPF cost per packet ÷ kernel forwarding
+# Mininet on this machine class, 1,024 hosts on 8 spines × 32 leaves (reference, NOT measured in this run)
+MININET_UP_PLAIN = 20.0
+MININET_UP_TCLINK = 105.0
+MININET_DOWN = 36.0
+
+SHAPES = {16: (4, 4, 4), 128: (8, 16, 8), 1024: (8, 32, 32)}     # hosts → spines, leaves, hosts per leaf
+LAB_PREFIX = "bench"       # every lab this module makes starts with it (netns ftb-bench…)
+FREE_TIMEOUT = 60.0
+
+
+def shape_for(hosts: int) -> tuple[int, int, int]:
+    """(spines, leaves, hosts per leaf) for a host count: the issue's shapes, else a square-ish fabric."""
+    if hosts in SHAPES:
+        return SHAPES[hosts]
+    leaves = 1
+    while leaves * leaves < hosts:
+        leaves *= 2
+    if hosts % leaves:
+        raise ValueError(f"{hosts} hosts: use a multiple of {leaves} (or one of {sorted(SHAPES)})")
+    return min(8, leaves), leaves, hosts // leaves
+
+
+def _scenario(spines: int, leaves: int, hpl: int, rate: str = "100mbit"):
+    link = {"rate": rate, "buffer": "256KB"}
+    return scenario.from_dict({"topology": {"spines": spines, "leaves": leaves, "hosts_per_leaf": hpl,
+                                            "host_link": link, "fabric_link": link}})
+
+
+def bench_namespaces() -> list[str]:
+    return netns.list_names(f"{netns.PREFIX}{LAB_PREFIX}")
+
+
+# ------------------------------------------------------------------ "kernel really done" signal
+
+def _netns_slab() -> int | None:
+    """Active objects of the ``net_namespace`` slab (slab-granular under SLUB: ± a few objects)."""
+    try:
+        with open("/proc/slabinfo") as f:
+            for line in f:
+                if line.startswith("net_namespace "):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _netns_work_running() -> bool:
+    """A kworker is executing work of the ``netns`` workqueue (its comm reads ``kworker/…+netns``)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().rstrip().endswith("+netns"):
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def wait_kernel_free(built_count: int | None, n_ns: int, t0: float, timeout: float = FREE_TIMEOUT) -> float | None:
+    """Seconds from ``t0`` until the kernel has destroyed ``n_ns`` namespaces counted in ``built_count``.
+
+    Signal: the net_namespace slab fell by ≥ 95% of ``n_ns`` from its level with the fabric up, and no
+    ``netns`` work ran in two polls in a row. None when unavailable or not reached within ``timeout``."""
+    if built_count is None:
+        return None
+    target = built_count - int(0.95 * n_ns)
+    idle = 0
+    while True:
+        now = time.perf_counter()
+        c = _netns_slab()
+        if c is not None and c <= target:
+            if _netns_work_running():
+                idle = 0
+            else:
+                idle += 1
+                if idle >= 2:
+                    return now - t0
+        if now - t0 > timeout:
+            return None
+        time.sleep(0.01)
+
+
+# ------------------------------------------------------------------ build benchmark
+
+@dataclass
+class BuildResult:
+    hosts: int
+    shape: tuple[int, int, int]
+    namespaces: int
+    veths: int
+    phases: dict[str, float] = field(default_factory=dict)   # Fabric.timings + compile, load
+    up: float = 0.0             # build + datapath load + attach
+    up_fabric: float = 0.0      # build + attach (datapath compile/load excluded)
+    down: float = 0.0           # fabric.teardown() + datapath.close()
+    down_kernel: float | None = None   # until the kernel has destroyed the namespaces
+    floor_up: float = 0.0       # kernel floor: namespaces + veth pairs (+ up)
+    floor_down: float = 0.0
+    floor_down_kernel: float | None = None
+
+
+def measure_floor(topo, lab: str) -> tuple[float, float, float | None]:
+    """Same namespaces and veth pairs as the fabric, set up, nothing else; the fast path (threads for
+    namespaces, one socket and one batched send per namespace). Returns (up, down, down until kernel done)."""
+    names = {n: f"{netns.PREFIX}{lab}-{n}" for n in topo.nodes}
+    netns.raise_nofile(4 * len(names) + 1024)
+    socks: dict[str, socket.socket] = {}
+    fds: dict[str, int] = {}
+    slab_up = None
+    t0 = time.perf_counter()
+    try:
+        netns.create(names.values())
+        for n, name in names.items():
+            socks[n] = netns.netlink_socket(name)
+        batches = {n: Batch(socks[n], names[n]) for n in names}
+        for link in topo.links:
+            a, b = link.a, link.b
+            if b.node not in fds:
+                fds[b.node] = os.open(netns.path(names[b.node]), os.O_RDONLY)
+            batches[a.node].veth(a.ifname, a.ifindex, a.mac, topo.spec.mtu, b.ifname, b.ifindex, b.mac,
+                                 fds[b.node])
+        for bt in batches.values():
+            bt.commit()
+        for n, ports in topo.ports.items():
+            for p in ports:
+                batches[n].link_up(p.ifindex, p.ifname)
+        for bt in batches.values():
+            bt.commit()
+        up = time.perf_counter() - t0
+        slab_up = _netns_slab()
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+        td = time.perf_counter()
+        for s in socks.values():
+            s.close()
+        netns.delete(names.values())
+        down = time.perf_counter() - td
+    return up, down, wait_kernel_free(slab_up, len(names), td)
+
+
+def measure_build(hosts: int, lab: str | None = None, floor: bool = True) -> BuildResult:
+    from .datapath import Datapath
+    spines, leaves, hpl = shape_for(hosts)
+    scen = _scenario(spines, leaves, hpl)
+    topo = topology.build(scen.topology)
+    lab = lab or f"{LAB_PREFIX}{hosts}"
+    res = BuildResult(hosts, (spines, leaves, hpl), len(topo.nodes), len(topo.links))
+    fabric = Fabric(topo, lab)
+    dp = None
+    slab_up = None
+    try:
+        t0 = time.perf_counter()
+        fabric.build()
+        t1 = time.perf_counter()
+        dp = Datapath(topo, scen.switch).load()
+        t2 = time.perf_counter()
+        fabric.attach_ingress(dp.ingress_fd, dp.ingress_name)
+        t3 = time.perf_counter()
+        res.up, res.up_fabric = t3 - t0, (t1 - t0) + (t3 - t2)
+        res.phases["dp_compile"] = dp.compile_seconds or 0.0
+        res.phases["dp_load"] = (t2 - t1) - res.phases["dp_compile"]
+        slab_up = _netns_slab()
+    finally:
+        td = time.perf_counter()
+        try:
+            fabric.teardown()
+        finally:
+            if dp is not None:
+                dp.close()
+        res.down = time.perf_counter() - td
+    res.down_kernel = wait_kernel_free(slab_up, len(topo.nodes), td)
+    res.phases.update(fabric.timings)
+    if floor:
+        res.floor_up, res.floor_down, res.floor_down_kernel = measure_floor(topo, f"{lab}f"[:12])
+    return res
+
+
+PHASES = ("namespaces", "sockets", "links", "config", "offloads", "dp_compile", "dp_load", "attach", "teardown")
+
+
+def _s(x: float | None, width: int = 7) -> str:
+    return f"{'n/a':>{width}}" if x is None else f"{x:>{width}.3f}"
+
+
+def _r(x: float | None, y: float | None) -> str:
+    return "n/a" if not x or not y else f"{x / y:.2f}x"
+
+
+def _median_result(runs: list[BuildResult]) -> BuildResult:
+    """Per-field medians over repeated runs (a phase median need not come from the same run as the total)."""
+    if len(runs) == 1:
+        return runs[0]
+    r0 = runs[0]
+
+    def med(vals):
+        vals = [v for v in vals if v is not None]
+        return statistics.median(vals) if vals else None
+    out = BuildResult(r0.hosts, r0.shape, r0.namespaces, r0.veths)
+    out.phases = {k: med([r.phases.get(k) for r in runs]) for k in r0.phases}
+    for name in ("up", "up_fabric", "down", "down_kernel", "floor_up", "floor_down", "floor_down_kernel"):
+        setattr(out, name, med([getattr(r, name) for r in runs]))
+    return out
+
+
+def print_build(sizes: list[int], repeat: int = 1, floor: bool = True, out=None) -> list[BuildResult]:
+    """Measure and print the build benchmark; returns the (median) result per size."""
+    out = out or sys.stdout
+    p = lambda *a: print(*a, file=out, flush=True)     # noqa: E731
+    results = []
+    p(f"== build + teardown: TBF on both ends of every link, eBPF on every switch port "
+      f"({repeat} run{'s' if repeat > 1 else ''} per size{', median' if repeat > 1 else ''}) ==")
+    for hosts in sizes:
+        runs = [measure_build(hosts, floor=floor) for _ in range(repeat)]
+        r = _median_result(runs)
+        results.append(r)
+        s, le, h = r.shape
+        p(f"\n{hosts} hosts = {s} spines x {le} leaves x {h} hosts: {r.namespaces} namespaces, "
+          f"{r.veths} veth pairs")
+        p("  phase (s):  " + "  ".join(f"{k}={r.phases.get(k, 0.0):.3f}" for k in PHASES))
+        p(f"  up   {_s(r.up)} s  (fabric+attach {_s(r.up_fabric).strip()} s, datapath compile+load "
+          f"{r.phases['dp_compile'] + r.phases['dp_load']:.3f} s)")
+        p(f"  down {_s(r.down)} s  returned; kernel done destroying namespaces after {_s(r.down_kernel).strip()} s")
+        if floor:
+            p(f"  same-run kernel floor (namespaces + veth pairs, up; no qdisc/address/route/BPF): "
+              f"up {r.floor_up:.3f} s, down {r.floor_down:.3f} s (kernel done {_s(r.floor_down_kernel).strip()} s)")
+            p(f"    ratio to floor: up {_r(r.up, r.floor_up)} (fabric+attach {_r(r.up_fabric, r.floor_up)}), "
+              f"down {_r(r.down, r.floor_down)}, kernel done {_r(r.down_kernel, r.floor_down_kernel)}")
+        if hosts == 1024:
+            p(f"  goal: up <= {GOAL_UP_1024:.1f} s -> {'met' if r.up <= GOAL_UP_1024 else 'NOT met'} "
+              f"({r.up:.2f} s = {r.up / GOAL_UP_1024:.2f}x the goal); down <= {GOAL_DOWN:.1f} s -> "
+              f"{'met' if r.down <= GOAL_DOWN else 'NOT met'} ({r.down:.2f} s returned"
+              + (f", {r.down_kernel:.2f} s until the kernel is done)" if r.down_kernel else ")"))
+            p(f"  REFERENCE (Mininet, earlier measurement on this machine class, not this run): "
+              f"up {MININET_UP_PLAIN:.0f} s unshaped / {MININET_UP_TCLINK:.0f} s TCLink, down {MININET_DOWN:.0f} s")
+            p(f"    vs reference: up {MININET_UP_TCLINK / r.up:.0f}x faster than Mininet+TCLink "
+              f"({MININET_UP_PLAIN / r.up:.1f}x faster than unshaped Mininet); down "
+              f"{MININET_DOWN / r.down:.0f}x faster (returned)"
+              + (f", {MININET_DOWN / r.down_kernel:.0f}x (kernel done)" if r.down_kernel else ""))
+        elif hosts == 128:
+            p(f"  goal: up <= {GOAL_UP_128:.1f} s -> {'met' if r.up <= GOAL_UP_128 else 'NOT met'} "
+              f"({r.up:.3f} s; fabric+attach without compile {r.up_fabric:.3f} s); down <= {GOAL_DOWN:.1f} s -> "
+              f"{'met' if r.down <= GOAL_DOWN else 'NOT met'}")
+    return results
+
+
+# ------------------------------------------------------------------ packets/s benchmark
+
+_SENDER = textwrap.dedent("""
+    import socket, sys, time
+    dst, port, size, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("0.0.0.0", 40000)); s.connect((dst, port))
+    send, data, clock = s.send, bytes(size), time.monotonic
+    end = clock() + secs
+    while clock() < end:
+        for _ in range(1000):
+            try:
+                send(data)
+            except OSError:
+                pass
+""")
+PPS_PORT = 9
+PPS_PAYLOAD = 36          # 64-byte IP packets (20 IP + 8 UDP + 36)
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    """(kernel = system+irq+softirq, busy = that + user + nice) over all CPUs, in USER_HZ ticks."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq = v[:7]
+    return system + irq + softirq, system + irq + softirq + user + nice
+
+
+def _rx_packets(ifname: str) -> int:
+    """Runs inside a namespace: received packets of ``ifname`` (this thread's /proc/net/dev)."""
+    with open("/proc/thread-self/net/dev") as f:
+        for line in f:
+            name, sep, rest = line.partition(":")
+            if sep and name.strip() == ifname:
+                return int(rest.split()[1])
+    raise RuntimeError(f"no interface {ifname}")
+
+
+@dataclass
+class PpsSample:
+    mode: str
+    pps: float
+    kernel_ns: float        # (system+irq+softirq) CPU ns per packet received
+    busy_ns: float          # including user time (the Python sender)
+    packets: int
+    seconds: float
+
+
+class _PpsFabric:
+    """A 2×2×1 fabric at 10 Gbit/s switched by eBPF or by the kernel, with a sink socket on h1."""
+
+    def __init__(self, mode: str, lab: str):
+        self.mode, self.lab = mode, lab
+        scen = _scenario(2, 2, 1, rate="10gbit")
+        self.scen = scen
+        self.topo = topology.build(scen.topology)
+        self.fabric = Fabric(self.topo, lab)
+        self.dp = None
+        self.sink = None
+
+    def up(self) -> "_PpsFabric":
+        self.fabric.build()
+        if self.mode == "ebpf":
+            from .datapath import Datapath
+            self.dp = Datapath(self.topo, self.scen.switch).load()
+            self.fabric.attach_ingress(self.dp.ingress_fd, self.dp.ingress_name)
+        else:
+            self.fabric.enable_kernel_forwarding()
+        dst = self.topo.address("h1")
+
+        def sink():
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.bind((dst, PPS_PORT))
+            return s
+        self.sink = netns.run_in(self.fabric.ns["h1"], sink)     # never read: UDP drops at the socket
+        return self
+
+    def rx(self) -> int:
+        return netns.run_in(self.fabric.ns["h1"], _rx_packets, "eth0")
+
+    def measure(self, seconds: float, warmup: float = 0.3) -> PpsSample:
+        dst = self.topo.address("h1")
+        proc = netns.spawn(self.fabric.ns["h0"], [sys.executable, "-c", _SENDER, dst, str(PPS_PORT),
+                                                  str(PPS_PAYLOAD), str(warmup + seconds + 30)])
+        try:
+            time.sleep(warmup)
+            if proc.poll() is not None:
+                raise RuntimeError(f"pps sender in {self.fabric.ns['h0']} exited with {proc.returncode}")
+            r0, (k0, b0), t0 = self.rx(), _cpu_jiffies(), time.perf_counter()
+            time.sleep(seconds)
+            r1, (k1, b1), t1 = self.rx(), _cpu_jiffies(), time.perf_counter()
+        finally:
+            proc.kill()
+            proc.wait()
+        n = r1 - r0
+        tick_ns = 1e9 / os.sysconf("SC_CLK_TCK")
+        per = (lambda j: j * tick_ns / n) if n else (lambda j: float("nan"))
+        return PpsSample(self.mode, n / (t1 - t0), per(k1 - k0), per(b1 - b0), n, t1 - t0)
+
+    def check(self) -> dict:
+        """Where the packets went (eBPF: per-port counters must show the leaf→spine→leaf path)."""
+        if self.dp is None:
+            return {}
+        c = self.dp.port_counters()
+        return {"switch_rx": sum(v.rx_packets for v in c.values()), "drops": sum(v.drops for v in c.values())}
+
+    def down(self) -> None:
+        try:
+            if self.sink is not None:
+                self.sink.close()
+            self.fabric.teardown()
+        finally:
+            if self.dp is not None:
+                self.dp.close()
+                self.dp = None
+
+
+def measure_pps(seconds: float = 3.0, rounds: int = 3) -> dict[str, list[PpsSample]]:
+    """Alternate traffic between an eBPF-switched and a kernel-routed fabric; samples per mode."""
+    fabs = [_PpsFabric("ebpf", f"{LAB_PREFIX}ppse"), _PpsFabric("kernel", f"{LAB_PREFIX}ppsk")]
+    samples: dict[str, list[PpsSample]] = {"ebpf": [], "kernel": []}
+    try:
+        for f in fabs:
+            f.up()
+        for i in range(rounds):
+            order = fabs if i % 2 == 0 else fabs[::-1]
+            for f in order:
+                samples[f.mode].append(f.measure(seconds))
+        samples["_check"] = fabs[0].check()
+    finally:
+        for f in fabs:
+            try:
+                f.down()
+            except Exception:    # noqa: BLE001 — tear the other one down regardless
+                pass
+    return samples
+
+
+def print_pps(seconds: float = 3.0, rounds: int = 3, out=None) -> dict:
+    out = out or sys.stdout
+    p = lambda *a: print(*a, file=out, flush=True)     # noqa: E731
+    p(f"== packets/s h0 -> leaf0 -> spine -> leaf1 -> h1 (2x2x1, 10 Gbit/s, {PPS_PAYLOAD + 28}-byte UDP, "
+      f"Python sender; {rounds} alternated rounds x {seconds:g} s, medians) ==")
+    samples = measure_pps(seconds, rounds)
+    check = samples.pop("_check", {})
+    med = {}
+    for mode in ("ebpf", "kernel"):
+        ss = samples[mode]
+        med[mode] = {k: statistics.median(getattr(s, k) for s in ss) for k in ("pps", "kernel_ns", "busy_ns")}
+        p(f"  {mode:<6}  pps {med[mode]['pps']:>9,.0f}   kernel CPU {med[mode]['kernel_ns']:>6.0f} ns/pkt   "
+          f"all CPU {med[mode]['busy_ns']:>6.0f} ns/pkt   rounds: "
+          + ", ".join(f"{s.pps:,.0f}/{s.kernel_ns:.0f}ns" for s in ss))
+    ratio = med["ebpf"]["kernel_ns"] / med["kernel"]["kernel_ns"]
+    ratio_all = med["ebpf"]["busy_ns"] / med["kernel"]["busy_ns"]
+    p(f"  cost per packet eBPF / kernel forwarding: {ratio:.3f}x kernel CPU, {ratio_all:.3f}x all CPU "
+      f"(goal <= {GOAL_PPS_RATIO:.2f}x -> {'met' if ratio <= GOAL_PPS_RATIO else 'NOT met'}); "
+      f"pps eBPF / kernel {med['ebpf']['pps'] / med['kernel']['pps']:.3f}x")
+    if check:
+        p(f"  eBPF check: {check['switch_rx']:,} packets seen on switch ports (3 per packet), "
+          f"{check['drops']} drops")
+    return {"median": med, "ratio_kernel_cpu": ratio, "ratio_all_cpu": ratio_all, "samples": samples}
+
+
+__all__ = ["BuildResult", "PpsSample", "bench_namespaces", "measure_build", "measure_floor", "measure_pps",
+           "print_build", "print_pps", "shape_for", "wait_kernel_free"]

@@ -1,0 +1,197 @@
+"""The `testbed` command as a user meets it: results contract, labs, bad input, interruption and crashes."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed import netns, report
+
+from conftest import ROOT, TESTBED, run_cli, wait_for
+
+pytestmark = pytest.mark.e2e
+
+SMALL = ["--set", "duration=1.5s", "--set", "topology.spines=2", "--set", "topology.hosts_per_leaf=2"]
+
+
+def _one_line_error(res):
+    assert res.returncode != 0
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    assert "Traceback" not in res.stderr
+    return lines[0]
+
+
+def _write(tmp_path, text, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_run_writes_the_results_contract(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("run", "scenarios/default.yaml", "--out", str(out), *SMALL,
+                      "--set", "capture=[h0]", "--set", "switch.load_balancing=spray")
+    assert res.returncode == 0, res.stderr
+    assert f"results: {out}" in res.stdout
+    for f in ("manifest.json", "links.csv", "flows.csv", "summary.csv"):
+        assert (out / f).exists(), f
+    with open(out / "links.csv") as f:
+        assert next(csv.reader(f))[:7] == report.LINK_COLUMNS
+    with open(out / "flows.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0])[:12] == report.FLOW_COLUMNS
+    assert len(rows) == 4 and all(int(r["bytes"]) > 0 for r in rows)
+    assert all(int(r["paths_used"]) == 2 for r in rows)          # spray: every cross-leaf flow used both uplinks
+    with open(out / "summary.csv") as f:
+        (summary,) = list(csv.DictReader(f))
+    assert list(summary)[:13] == report.SUMMARY_COLUMNS
+    assert summary["load_balancing"] == "spray" and float(summary["goodput_mbps"]) > 0
+    assert float(summary["uplink_imbalance"]) < 1.1
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["scenario"]["switch"]["load_balancing"] == "spray" and m["kernel"] == os.uname().release
+    assert m["capabilities"]["capabilities"]["clsact"]["ok"] is True
+    assert m["start_time"] < m["end_time"]
+    # capture: a pcap per interface of h0, holding the flow's UDP packets
+    pcap = out / "pcap" / "h0-eth0.pcap"
+    assert pcap.exists()
+    from scapy.all import UDP, rdpcap
+    pkts = rdpcap(str(pcap))
+    assert sum(1 for p in pkts if UDP in p and p[UDP].dport == 5001) > 100
+    tshark = subprocess.run(["tshark", "-r", str(pcap), "-Y", "udp.dstport == 5001", "-T", "fields",
+                             "-e", "ip.dst"], capture_output=True, text=True)
+    assert tshark.returncode == 0 and tshark.stdout.count("198.18.") > 100
+    assert netns.list_names() == []
+
+
+def test_report_regenerates_summary(tmp_path):
+    out = tmp_path / "run"
+    assert run_cli("run", "scenarios/default.yaml", "--out", str(out), *SMALL).returncode == 0
+    before = (out / "summary.csv").read_text()
+    (out / "summary.csv").unlink()
+    res = run_cli("report", str(out))
+    assert res.returncode == 0, res.stderr
+    assert (out / "summary.csv").read_text() == before
+    _one_line_error(run_cli("report", str(tmp_path / "nothing")))
+
+
+@pytest.mark.parametrize("text,expect", [
+    ("topology: {spines: 0}\n", "topology.spines: must be ≥ 1, got 0"),
+    ("topology: {spinez: 2}\n", "topology.spinez: unknown key"),
+    ("topology: {host_link: {rate: fast}}\n", "topology.host_link.rate: expected a rate"),
+    ("switch: {load_balancing: magic}\n", "switch.load_balancing"),
+    ("traffic: {pattern: pairs, pairs: [[h0, h99]]}\n", "traffic.pairs: no node 'h99'"),
+    ("topology: [1, 2\n", "not valid YAML"),
+])
+def test_bad_scenarios_give_one_clear_line(tmp_path, text, expect):
+    before = netns.list_names()
+    res = run_cli("run", _write(tmp_path, text))
+    line = _one_line_error(res)
+    assert expect in line, line
+    assert netns.list_names() == before
+
+
+def test_bad_override_and_missing_file(tmp_path):
+    line = _one_line_error(run_cli("run", "scenarios/default.yaml", "--set", "topology.leaves=0"))
+    assert "topology.leaves: must be ≥ 1, got 0" in line
+    line = _one_line_error(run_cli("run", str(tmp_path / "missing.yaml")))
+    assert "cannot read scenario" in line
+
+
+def test_not_root_is_refused_cleanly(tmp_path):
+    def drop():
+        os.setgid(65534)
+        os.setuid(65534)
+    res = subprocess.run(TESTBED + ["run", "scenarios/default.yaml"], capture_output=True, text=True,
+                         cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), preexec_fn=drop, timeout=60)
+    assert "needs root" in _one_line_error(res)
+
+
+def test_up_status_exec_down_and_name_collision(tmp_path):
+    scen = _write(tmp_path, "topology: {spines: 1, leaves: 2, hosts_per_leaf: 1}\n")
+    try:
+        res = run_cli("up", scen, "--name", "tcli1")
+        assert res.returncode == 0, res.stderr
+        assert len(netns.list_names("ftb-tcli1-")) == 5
+        line = _one_line_error(run_cli("up", scen, "--name", "tcli1"))
+        assert "already running" in line
+        assert len(netns.list_names("ftb-tcli1-")) == 5           # the running lab is untouched
+        st = run_cli("status")
+        assert "tcli1" in st.stdout
+        ping = run_cli("exec", "--lab", "tcli1", "h0", "--", "ping", "-c1", "-W2", "198.18.1.1")
+        assert ping.returncode == 0, ping.stdout + ping.stderr
+        assert run_cli("exec", "--lab", "tcli1", "h0", "--", "false").returncode == 1
+    finally:
+        res = run_cli("down", "tcli1")
+    assert res.returncode == 0 and netns.list_names("ftb-tcli1-") == []
+
+
+def _start_run(tmp_path, name):
+    out = tmp_path / name
+    proc = subprocess.Popen(TESTBED + ["run", "scenarios/default.yaml", "--out", str(out), "--set", "duration=30s"],
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    # wait until the fabric is up and traffic runs
+    assert wait_for(lambda: any(n.endswith("-spine3") for n in netns.list_names()), timeout=30)
+    time.sleep(1.0)
+    return proc, out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_run_tears_down_and_keeps_earlier_results(tmp_path, sig):
+    done = tmp_path / "done"
+    assert run_cli("run", "scenarios/default.yaml", "--out", str(done), *SMALL).returncode == 0
+    files = sorted(p.name for p in done.iterdir())
+    proc, out = _start_run(tmp_path, "interrupted")
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "Traceback" not in err and "error: " in err
+    assert netns.list_names() == []
+    assert sorted(p.name for p in done.iterdir()) == files           # completed results intact
+    assert not (out / "summary.csv").exists()
+    # no agent processes of the run are left
+    leftover = subprocess.run(["pgrep", "-f", "testbed.workloads.agent"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""
+
+
+def test_crashed_run_is_reaped_by_the_next_run_and_by_clean(tmp_path):
+    proc, _ = _start_run(tmp_path, "crashed")
+    lab = {n.split("-")[1] for n in netns.list_names()}
+    proc.kill()                                      # SIGKILL: no cleanup at all
+    proc.wait()
+    subprocess.run(["pkill", "-9", "-f", "testbed.workloads.agent"])
+    assert netns.list_names(), "a killed run leaves its namespaces"
+    res = run_cli("run", "scenarios/default.yaml", "--out", str(tmp_path / "next"), *SMALL)
+    assert res.returncode == 0, res.stderr
+    assert not [n for n in netns.list_names() if n.split("-")[1] in lab]
+    # clean removes anything with the tool's prefix, even without a state file
+    netns.create(["ftb-stray-h0"])
+    res = run_cli("clean")
+    assert res.returncode == 0 and netns.list_names() == []
+
+
+def test_doctor_reports_this_kernel():
+    res = run_cli("doctor", "--json")
+    assert res.returncode == 0, res.stderr
+    caps = json.loads(res.stdout)["capabilities"]
+    assert caps["clsact"]["ok"] and caps["cls_bpf"]["ok"] and caps["tbf"]["ok"]
+    table = run_cli("doctor")
+    for name in ("netem", "rdma_rxe", "bcc"):
+        assert name in table.stdout
+
+
+def test_sweep_joins_summaries(tmp_path):
+    res = run_cli("sweep", "scenarios/default.yaml", "--vary", "switch.load_balancing=ecmp,spray",
+                      "--out", str(tmp_path / "sw"), *SMALL, timeout=300)
+    assert res.returncode == 0, res.stderr
+    with open(tmp_path / "sw" / "sweep.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["load_balancing"] for r in rows] == ["ecmp", "spray"]
