@@ -58,3 +58,17 @@ int ftb_switch_ingress(struct __sk_buff *skb)
 	count_tx(out, skb->len);
 	return bpf_redirect(out, 0);
 }
+
+/* XDP on the leaf's host-facing ports: the host NIC's "transmit completion".
+ *
+ * veth keeps the sending socket's reference on an skb across namespaces, so without this a host's socket would
+ * stay charged for its packets until they leave the *last* hop: every queue in the fabric would back-pressure
+ * the sender, and a blasting UDP sender would never see congestion loss (the fabric would behave as if it were
+ * lossless end to end). With an XDP program attached, veth rebuilds the skb for XDP and frees the original,
+ * which releases the socket the way a real NIC does once the frame is on the wire. The packet goes on
+ * unchanged (XDP_PASS) to the tc ingress program above.
+ */
+int ftb_nic_release(struct xdp_md *ctx)
+{
+	return XDP_PASS;
+}

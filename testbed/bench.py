@@ -8,8 +8,8 @@ absolute times on a shared 2-core VM move by tens of percent from one minute to 
     veth pairs, TBF on both ends of every link, addresses, routes, offloads off, then the eBPF datapath compiled,
     loaded and attached to every switch port. Per phase (``Fabric.timings``), the datapath compile/load, total
     up and down, and "kernel done": teardown returns once the namespaces are unmounted, but the kernel destroys
-    them later on its ``netns`` workqueue (``cleanup_net``). Done is when the ``net_namespace`` slab has given
-    back the fabric's namespaces and no kworker runs ``netns`` work. Same-run baseline: the kernel floor (the
+    them later on its ``netns`` workqueue (``cleanup_net``); done is when a sentinel namespace deleted right after
+    the fabric has lost its veth (see ``Sentinel``). Same-run baseline: the kernel floor (the
     same namespaces and veth pairs, set up, nothing else — no qdisc, address, route, offload, BPF).
     Goals (the issue) and Mininet figures (measured earlier on this machine class: *reference*, not same-run)
     are printed next to the figures.
@@ -20,15 +20,17 @@ absolute times on a shared 2-core VM move by tens of percent from one minute to 
     (b) with plain kernel IP forwarding (multipath routes), two fabrics built side by side, traffic alternated
     between them for a few rounds, medians compared. A Python ``send`` loop in h0's namespace sends 64-byte UDP
     datagrams; h1 counts them (interface rx counter, read through /proc/thread-self/net/dev in h1's namespace)
-    and drops them at a socket that is never read. CPU per packet = (system + irq + softirq) time of all CPUs
-    from /proc/stat over the window ÷ packets received; it includes the sender's syscall path, which is the
-    same in both modes.
+    and drops them at a socket that is never read. The sender is pinned to the last CPU, and veth delivers in
+    softirq on the sending CPU, so the whole path runs there: CPU per packet = that CPU's (system + irq +
+    softirq) time from /proc/stat over the window ÷ packets received ("all CPU" adds user time, i.e. the
+    Python sender). It includes the sender's syscall path, which is the same in both modes.
 """
 from __future__ import annotations
 
 import os
 import socket
 import statistics
+import struct
 import sys
 import textwrap
 import threading
@@ -79,54 +81,74 @@ def bench_namespaces() -> list[str]:
 
 # ------------------------------------------------------------------ "kernel really done" signal
 
-def _netns_slab() -> int | None:
-    """Active objects of the ``net_namespace`` slab (slab-granular under SLUB: ± a few objects)."""
-    try:
-        with open("/proc/slabinfo") as f:
-            for line in f:
-                if line.startswith("net_namespace "):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
+RTM_GETLINK = 18
 
 
-def _netns_work_running() -> bool:
-    """A kworker is executing work of the ``netns`` workqueue (its comm reads ``kworker/…+netns``)."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+class Sentinel:
+    """Tells when the kernel has really destroyed namespaces that were deleted before ``fire()``.
+
+    ``netns.delete`` returns once the namespaces are unmounted; the kernel destroys them later, in batches, on
+    its ordered ``netns`` workqueue (``cleanup_net`` takes every namespace queued so far and unregisters all
+    their devices in one go). The sentinel is a namespace holding one end of a veth pair whose other end lives
+    in a watcher namespace (kept alive by our netlink socket). ``fire()`` deletes the sentinel the same way,
+    after the fabric; when the watcher's end has vanished, the kernel has run the device teardown of the batch
+    holding the sentinel — and so of every namespace queued before it. Unlike counting namespaces system-wide,
+    other processes creating or deleting namespaces at the same time cannot fool it (they can only delay it,
+    which is real contention)."""
+
+    IFINDEX = 10
+
+    def __init__(self, lab: str):
+        self.watch, self.sent = f"{netns.PREFIX}{lab}-watch", f"{netns.PREFIX}{lab}-sentinel"
+        self.sock: socket.socket | None = None
+        self._seq = 0
+        netns.create([self.watch, self.sent])
         try:
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().rstrip().endswith("+netns"):
-                    return True
-        except OSError:
-            pass
-    return False
+            self.sock = netns.netlink_socket(self.watch)
+            ssock = netns.netlink_socket(self.sent)
+            fd = os.open(netns.path(self.watch), os.O_RDONLY)
+            try:
+                b = Batch(ssock, self.sent)
+                b.veth("sentinel", self.IFINDEX, "02:fb:ff:00:00:0a", 1500, "watch", self.IFINDEX + 1,
+                       "02:fb:ff:00:00:0b", fd)
+                b.commit()
+            finally:
+                os.close(fd)
+                ssock.close()
+        except BaseException:
+            self.close()
+            raise
 
+    def _peer_exists(self) -> bool:
+        self._seq += 1
+        req = struct.pack("IHHII", 32, RTM_GETLINK, 1, self._seq, 0) + struct.pack("BxHiII", 0, 0,
+                                                                                    self.IFINDEX + 1, 0, 0)
+        self.sock.send(req)
+        while True:
+            reply = self.sock.recv(65536)
+            _len, mtype, _fl, seq, _pid = struct.unpack_from("IHHII", reply, 0)
+            if seq != self._seq:
+                continue
+            if mtype == 2:                                   # NLMSG_ERROR
+                return struct.unpack_from("i", reply, 16)[0] == 0
+            return True                                      # RTM_NEWLINK: still there
 
-def wait_kernel_free(built_count: int | None, n_ns: int, t0: float, timeout: float = FREE_TIMEOUT) -> float | None:
-    """Seconds from ``t0`` until the kernel has destroyed ``n_ns`` namespaces counted in ``built_count``.
+    def fire(self, t0: float, timeout: float = FREE_TIMEOUT) -> float | None:
+        """Delete the sentinel now; seconds from ``t0`` until its veth is gone (None after ``timeout``)."""
+        netns.delete([self.sent])
+        while True:
+            now = time.perf_counter()
+            if not self._peer_exists():
+                return now - t0
+            if now - t0 > timeout:
+                return None
+            time.sleep(0.002)
 
-    Signal: the net_namespace slab fell by ≥ 95% of ``n_ns`` from its level with the fabric up, and no
-    ``netns`` work ran in two polls in a row. None when unavailable or not reached within ``timeout``."""
-    if built_count is None:
-        return None
-    target = built_count - int(0.95 * n_ns)
-    idle = 0
-    while True:
-        now = time.perf_counter()
-        c = _netns_slab()
-        if c is not None and c <= target:
-            if _netns_work_running():
-                idle = 0
-            else:
-                idle += 1
-                if idle >= 2:
-                    return now - t0
-        if now - t0 > timeout:
-            return None
-        time.sleep(0.01)
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        netns.delete([self.sent, self.watch])
 
 
 # ------------------------------------------------------------------ build benchmark
@@ -145,6 +167,7 @@ class BuildResult:
     floor_up: float = 0.0       # kernel floor: namespaces + veth pairs (+ up)
     floor_down: float = 0.0
     floor_down_kernel: float | None = None
+    up_overlapped: float | None = None   # datapath compiled in a thread while the fabric builds
 
 
 def measure_floor(topo, lab: str) -> tuple[float, float, float | None]:
@@ -154,7 +177,7 @@ def measure_floor(topo, lab: str) -> tuple[float, float, float | None]:
     netns.raise_nofile(4 * len(names) + 1024)
     socks: dict[str, socket.socket] = {}
     fds: dict[str, int] = {}
-    slab_up = None
+    sentinel = Sentinel(lab)
     t0 = time.perf_counter()
     try:
         netns.create(names.values())
@@ -175,16 +198,19 @@ def measure_floor(topo, lab: str) -> tuple[float, float, float | None]:
         for bt in batches.values():
             bt.commit()
         up = time.perf_counter() - t0
-        slab_up = _netns_slab()
     finally:
-        for fd in fds.values():
-            os.close(fd)
-        td = time.perf_counter()
-        for s in socks.values():
-            s.close()
-        netns.delete(names.values())
-        down = time.perf_counter() - td
-    return up, down, wait_kernel_free(slab_up, len(names), td)
+        try:
+            for fd in fds.values():
+                os.close(fd)
+            td = time.perf_counter()
+            for s in socks.values():
+                s.close()
+            netns.delete(names.values())
+            down = time.perf_counter() - td
+            done = sentinel.fire(td)
+        finally:
+            sentinel.close()
+    return up, down, done
 
 
 def measure_build(hosts: int, lab: str | None = None, floor: bool = True) -> BuildResult:
@@ -196,7 +222,7 @@ def measure_build(hosts: int, lab: str | None = None, floor: bool = True) -> Bui
     res = BuildResult(hosts, (spines, leaves, hpl), len(topo.nodes), len(topo.links))
     fabric = Fabric(topo, lab)
     dp = None
-    slab_up = None
+    sentinel = Sentinel(lab)
     try:
         t0 = time.perf_counter()
         fabric.build()
@@ -208,20 +234,61 @@ def measure_build(hosts: int, lab: str | None = None, floor: bool = True) -> Bui
         res.up, res.up_fabric = t3 - t0, (t1 - t0) + (t3 - t2)
         res.phases["dp_compile"] = dp.compile_seconds or 0.0
         res.phases["dp_load"] = (t2 - t1) - res.phases["dp_compile"]
-        slab_up = _netns_slab()
     finally:
-        td = time.perf_counter()
         try:
-            fabric.teardown()
+            td = time.perf_counter()
+            try:
+                fabric.teardown()
+            finally:
+                if dp is not None:
+                    dp.close()
+            res.down = time.perf_counter() - td
+            res.down_kernel = sentinel.fire(td)
         finally:
-            if dp is not None:
-                dp.close()
-        res.down = time.perf_counter() - td
-    res.down_kernel = wait_kernel_free(slab_up, len(topo.nodes), td)
+            sentinel.close()
     res.phases.update(fabric.timings)
     if floor:
         res.floor_up, res.floor_down, res.floor_down_kernel = measure_floor(topo, f"{lab}f"[:12])
     return res
+
+
+def measure_up_overlapped(hosts: int, lab: str | None = None) -> float:
+    """Up time when the datapath is compiled and loaded in a thread while the fabric is built (BCC's compile
+    runs in C and releases the GIL), instead of after it as ``Lab.__enter__`` does today."""
+    from .datapath import Datapath
+    spines, leaves, hpl = shape_for(hosts)
+    scen = _scenario(spines, leaves, hpl)
+    topo = topology.build(scen.topology)
+    fabric = Fabric(topo, lab or f"{LAB_PREFIX}{hosts}o")
+    box: dict = {}
+
+    def load():
+        try:
+            box["dp"] = Datapath(topo, scen.switch).load()
+        except BaseException as e:      # noqa: BLE001 — re-raised below
+            box["error"] = e
+    sentinel = Sentinel(fabric.lab)
+    try:
+        t0 = time.perf_counter()
+        th = threading.Thread(target=load)
+        th.start()
+        try:
+            fabric.build()
+        finally:
+            th.join()
+        if "error" in box:
+            raise box["error"]
+        fabric.attach_ingress(box["dp"].ingress_fd, box["dp"].ingress_name)
+        return time.perf_counter() - t0
+    finally:
+        try:
+            td = time.perf_counter()
+            fabric.teardown()
+            if "dp" in box:
+                box["dp"].close()
+            sentinel.fire(td)            # let the kernel finish before the next measurement
+        finally:
+            sentinel.close()
 
 
 PHASES = ("namespaces", "sockets", "links", "config", "offloads", "dp_compile", "dp_load", "attach", "teardown")
@@ -246,12 +313,13 @@ def _median_result(runs: list[BuildResult]) -> BuildResult:
         return statistics.median(vals) if vals else None
     out = BuildResult(r0.hosts, r0.shape, r0.namespaces, r0.veths)
     out.phases = {k: med([r.phases.get(k) for r in runs]) for k in r0.phases}
-    for name in ("up", "up_fabric", "down", "down_kernel", "floor_up", "floor_down", "floor_down_kernel"):
+    for name in ("up_overlapped", "up", "up_fabric", "down", "down_kernel", "floor_up", "floor_down", "floor_down_kernel"):
         setattr(out, name, med([getattr(r, name) for r in runs]))
     return out
 
 
-def print_build(sizes: list[int], repeat: int = 1, floor: bool = True, out=None) -> list[BuildResult]:
+def print_build(sizes: list[int], repeat: int = 1, floor: bool = True, overlap: bool = True,
+                out=None) -> list[BuildResult]:
     """Measure and print the build benchmark; returns the (median) result per size."""
     out = out or sys.stdout
     p = lambda *a: print(*a, file=out, flush=True)     # noqa: E731
@@ -259,7 +327,11 @@ def print_build(sizes: list[int], repeat: int = 1, floor: bool = True, out=None)
     p(f"== build + teardown: TBF on both ends of every link, eBPF on every switch port "
       f"({repeat} run{'s' if repeat > 1 else ''} per size{', median' if repeat > 1 else ''}) ==")
     for hosts in sizes:
-        runs = [measure_build(hosts, floor=floor) for _ in range(repeat)]
+        runs = []
+        for _ in range(repeat):
+            runs.append(measure_build(hosts, floor=floor))
+            if overlap:
+                runs[-1].up_overlapped = measure_up_overlapped(hosts)
         r = _median_result(runs)
         results.append(r)
         s, le, h = r.shape
@@ -268,12 +340,16 @@ def print_build(sizes: list[int], repeat: int = 1, floor: bool = True, out=None)
         p("  phase (s):  " + "  ".join(f"{k}={r.phases.get(k, 0.0):.3f}" for k in PHASES))
         p(f"  up   {_s(r.up)} s  (fabric+attach {_s(r.up_fabric).strip()} s, datapath compile+load "
           f"{r.phases['dp_compile'] + r.phases['dp_load']:.3f} s)")
+        if r.up_overlapped is not None:
+            p(f"  up   {_s(r.up_overlapped)} s  with the datapath compiled during the build (thread; proposed "
+              f"for Lab.__enter__), same run: {_r(r.up_overlapped, r.up)} of sequential")
         p(f"  down {_s(r.down)} s  returned; kernel done destroying namespaces after {_s(r.down_kernel).strip()} s")
         if floor:
             p(f"  same-run kernel floor (namespaces + veth pairs, up; no qdisc/address/route/BPF): "
               f"up {r.floor_up:.3f} s, down {r.floor_down:.3f} s (kernel done {_s(r.floor_down_kernel).strip()} s)")
             p(f"    ratio to floor: up {_r(r.up, r.floor_up)} (fabric+attach {_r(r.up_fabric, r.floor_up)}), "
               f"down {_r(r.down, r.floor_down)}, kernel done {_r(r.down_kernel, r.floor_down_kernel)}")
+
         if hosts == 1024:
             p(f"  goal: up <= {GOAL_UP_1024:.1f} s -> {'met' if r.up <= GOAL_UP_1024 else 'NOT met'} "
               f"({r.up:.2f} s = {r.up / GOAL_UP_1024:.2f}x the goal); down <= {GOAL_DOWN:.1f} s -> "
@@ -295,8 +371,9 @@ def print_build(sizes: list[int], repeat: int = 1, floor: bool = True, out=None)
 # ------------------------------------------------------------------ packets/s benchmark
 
 _SENDER = textwrap.dedent("""
-    import socket, sys, time
+    import os, socket, sys, time
     dst, port, size, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    os.sched_setaffinity(0, {int(sys.argv[5])})     # the veth path runs in softirq on the sender's CPU
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("0.0.0.0", 40000)); s.connect((dst, port))
     send, data, clock = s.send, bytes(size), time.monotonic
@@ -310,12 +387,14 @@ _SENDER = textwrap.dedent("""
 """)
 PPS_PORT = 9
 PPS_PAYLOAD = 36          # 64-byte IP packets (20 IP + 8 UDP + 36)
+PPS_CPU = (os.cpu_count() or 1) - 1     # the sender is pinned here; only this CPU's time is counted
 
 
-def _cpu_jiffies() -> tuple[int, int]:
-    """(kernel = system+irq+softirq, busy = that + user + nice) over all CPUs, in USER_HZ ticks."""
+def _cpu_jiffies(cpu: int) -> tuple[int, int]:
+    """(kernel = system+irq+softirq, busy = that + user + nice) of one CPU, in USER_HZ ticks."""
     with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
+        line = next(ln for ln in f if ln.startswith(f"cpu{cpu} "))
+    v = [int(x) for x in line.split()[1:]]
     user, nice, system, _idle, _iowait, irq, softirq = v[:7]
     return system + irq + softirq, system + irq + softirq + user + nice
 
@@ -376,14 +455,15 @@ class _PpsFabric:
     def measure(self, seconds: float, warmup: float = 0.3) -> PpsSample:
         dst = self.topo.address("h1")
         proc = netns.spawn(self.fabric.ns["h0"], [sys.executable, "-c", _SENDER, dst, str(PPS_PORT),
-                                                  str(PPS_PAYLOAD), str(warmup + seconds + 30)])
+                                                  str(PPS_PAYLOAD), str(warmup + seconds + 30),
+                                                  str(PPS_CPU)])
         try:
             time.sleep(warmup)
             if proc.poll() is not None:
                 raise RuntimeError(f"pps sender in {self.fabric.ns['h0']} exited with {proc.returncode}")
-            r0, (k0, b0), t0 = self.rx(), _cpu_jiffies(), time.perf_counter()
+            r0, (k0, b0), t0 = self.rx(), _cpu_jiffies(PPS_CPU), time.perf_counter()
             time.sleep(seconds)
-            r1, (k1, b1), t1 = self.rx(), _cpu_jiffies(), time.perf_counter()
+            r1, (k1, b1), t1 = self.rx(), _cpu_jiffies(PPS_CPU), time.perf_counter()
         finally:
             proc.kill()
             proc.wait()
@@ -457,4 +537,4 @@ def print_pps(seconds: float = 3.0, rounds: int = 3, out=None) -> dict:
 
 
 __all__ = ["BuildResult", "PpsSample", "bench_namespaces", "measure_build", "measure_floor", "measure_pps",
-           "print_build", "print_pps", "shape_for", "wait_kernel_free"]
+           "print_build", "print_pps", "shape_for", "Sentinel"]

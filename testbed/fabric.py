@@ -15,7 +15,7 @@ import struct
 import time
 
 from . import netns
-from .netlink import Batch, NetlinkError
+from .netlink import Batch, NetlinkError, dump_root_qdisc_stats
 from .topology import Topology
 
 SIOCETHTOOL = 0x8946
@@ -149,6 +149,19 @@ class Fabric:
         self._commit(batches)
         self.timings["attach"] = time.perf_counter() - t
 
+    def attach_nic_release(self, prog_fd: int) -> None:
+        """XDP on the leaf end of every host link, so a host's socket is released when its frame leaves the NIC
+        rather than when it leaves the fabric (see ebpf/switch.c, ftb_nic_release)."""
+        t = time.perf_counter()
+        batches = {}
+        for sw in self.topo.switches:
+            for p in self.topo.ports[sw]:
+                if p.role == "down":
+                    b = batches.setdefault(sw, Batch(self._socks[sw], self.ns[sw]))
+                    b.xdp(p.ifindex, prog_fd, p.ifname)
+        self._commit(batches)
+        self.timings["nic_release"] = time.perf_counter() - t
+
     def enable_kernel_forwarding(self) -> None:
         """Baseline without eBPF: switches route with the kernel's own multipath FIB (for benchmarks)."""
         t = time.perf_counter()
@@ -173,6 +186,13 @@ class Fabric:
             netns.write_sysctl(self.ns[sw], "net.ipv4.ip_forward", 1)
             netns.write_sysctl(self.ns[sw], "net.ipv4.fib_multipath_hash_policy", 1)
         self.timings["kernel_forwarding"] = time.perf_counter() - t
+
+    def qdisc_stats(self, nodes: list[str] | None = None) -> dict[int, tuple]:
+        """Root qdisc counters of every port of ``nodes`` (default: switches): what really left each port."""
+        out: dict[int, tuple] = {}
+        for node in nodes if nodes is not None else self.topo.switches:
+            out.update(dump_root_qdisc_stats(self._socks[node]))
+        return out
 
     # ------------------------------------------------------------------ teardown
 

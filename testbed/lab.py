@@ -127,6 +127,7 @@ class Lab:
             from .datapath import Datapath
             self.datapath = Datapath(self.topo, self.scen.switch).load()
             self.fabric.attach_ingress(self.datapath.ingress_fd, self.datapath.ingress_name)
+            self.fabric.attach_nic_release(self.datapath.nic_release_fd)
         except BaseException:
             self.close(force=True)
             raise

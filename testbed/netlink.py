@@ -12,9 +12,10 @@ import os
 import socket
 import struct
 
-from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, NLMSG_ERROR
-from pyroute2.netlink.rtnl import (RTM_NEWADDR, RTM_NEWLINK, RTM_NEWNEIGH, RTM_NEWQDISC, RTM_NEWROUTE,
-                                   RTM_NEWTFILTER, RTM_SETLINK, TC_H_ROOT)
+from pyroute2.netlink import (NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST, NLMSG_DONE,
+                              NLMSG_ERROR)
+from pyroute2.netlink.rtnl import (RTM_GETQDISC, RTM_NEWADDR, RTM_NEWLINK, RTM_NEWNEIGH, RTM_NEWQDISC,
+                                   RTM_NEWROUTE, RTM_NEWTFILTER, RTM_SETLINK, TC_H_ROOT)
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import IFF_UP, ifinfmsg
 from pyroute2.netlink.rtnl.ndmsg import ndmsg
@@ -30,11 +31,46 @@ ETH_P_ALL = 0x0003
 NUD_PERMANENT = 0x80
 RTNH_F_ONLINK = 4
 TCA_BPF_FLAG_ACT_DIRECT = 1
+XDP_FLAGS_DRV_MODE = 4
 _CHUNK = 192 * 1024
 
 
 class NetlinkError(Exception):
     pass
+
+
+QdiscStats = tuple  # (bytes, packets, drops, qlen, backlog) of a port's root qdisc
+
+
+def dump_root_qdisc_stats(sock: socket.socket) -> dict[int, QdiscStats]:
+    """One RTM_GETQDISC dump: ifindex → (bytes, packets, drops, qlen, backlog) of each root qdisc.
+
+    Parsed by hand (tcmsg header + the legacy TCA_STATS struct the kernel still sends): telemetry calls this
+    for every switch several times a second, where generic decoding costs more than the kernel's answer.
+    """
+    sock.send(struct.pack("IHHII", 36, RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + bytes(20))
+    out: dict[int, QdiscStats] = {}
+    while True:
+        data = sock.recv(1 << 20)
+        off = 0
+        while off + 16 <= len(data):
+            length, mtype = struct.unpack_from("IH", data, off)
+            if mtype == NLMSG_DONE:
+                return out
+            if mtype == NLMSG_ERROR:
+                code = struct.unpack_from("i", data, off + 16)[0]
+                raise NetlinkError(f"qdisc dump: {os.strerror(-code)}")
+            if mtype == RTM_NEWQDISC:
+                ifindex, _handle, parent = struct.unpack_from("iII", data, off + 20)
+                if parent == TC_H_ROOT:
+                    a = off + 36
+                    while a + 4 <= off + length:
+                        alen, atype = struct.unpack_from("HH", data, a)
+                        if atype == 3 and alen >= 4 + 36:            # TCA_STATS: struct tc_stats
+                            b, pk, dr, _ov, _bps, _pps, ql, bl = struct.unpack_from("QIIIIIII", data, a + 4)
+                            out[ifindex] = (b, pk, dr, ql, bl)
+                        a += (alen + 3) & ~3
+            off += (length + 3) & ~3
 
 
 class Batch:
@@ -82,6 +118,12 @@ class Batch:
         msg["flags"] = IFF_UP
         msg["change"] = IFF_UP
         self.add(msg, RTM_SETLINK, 0, f"set {what} up")
+
+    def xdp(self, ifindex: int, prog_fd: int, what: str) -> None:
+        msg = ifinfmsg()
+        msg["index"] = ifindex
+        msg["attrs"] = [("IFLA_XDP", {"attrs": [("IFLA_XDP_FD", prog_fd), ("IFLA_XDP_FLAGS", XDP_FLAGS_DRV_MODE)]})]
+        self.add(msg, RTM_SETLINK, 0, f"xdp on {what}")
 
     def address(self, ifindex: int, addr: str, plen: int) -> None:
         msg = ifaddrmsg()

@@ -62,7 +62,7 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         flows = workloads.plan(scen.traffic, topo, scen.seed, duration_s)
         host_rate = scen.topology.host_link.rate
         packet_size = scen.traffic.packet_size or scen.topology.mtu
-        sampler = telemetry.LinkSampler(topo, lab.datapath, scen.telemetry.interval / 1e9)
+        sampler = telemetry.LinkSampler(topo, lab.datapath, scen.telemetry.interval / 1e9, lab.fabric)
         captures = Captures(lab.fabric, list(scen.capture), outdir)
         captures.start()
         sampler.start()

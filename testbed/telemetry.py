@@ -51,10 +51,15 @@ class CpuGuard:
 
 
 class LinkSampler:
-    """Background thread: counters every ``interval_s`` → rows for links.csv."""
+    """Background thread: counters every ``interval_s`` → rows for links.csv.
 
-    def __init__(self, topo: Topology, datapath, interval_s: float):
-        self.topo, self.dp, self.interval = topo, datapath, interval_s
+    tx rows count what really left the port (its root qdisc's counters, read over netlink), so a congested
+    port shows what it carried, not what was offered to it; ``offered_bytes`` is what the switch program sent
+    towards the port and ``drops`` what the port's queue dropped. rx rows come from the switch program.
+    """
+
+    def __init__(self, topo: Topology, datapath, interval_s: float, fabric=None):
+        self.topo, self.dp, self.interval, self.fabric = topo, datapath, interval_s, fabric
         self.rows: list[dict] = []
         self.cpu = CpuGuard()
         self._ports = [p for sw in topo.switches for p in topo.ports[sw]]
@@ -64,9 +69,13 @@ class LinkSampler:
         self._last = None
         self._last_t = 0.0
 
+    def _read(self):
+        q = self.fabric.qdisc_stats() if self.fabric is not None else {}
+        return self.dp.port_counters(), q
+
     def start(self, t0: float | None = None) -> None:
         self._t0 = time.time() if t0 is None else t0
-        self._last = self.dp.port_counters()
+        self._last = self._read()
         self._last_t = time.time()
         self.cpu.sample()
         self._thread.start()
@@ -87,25 +96,32 @@ class LinkSampler:
                 nxt = time.time() + self.interval
 
     def _sample(self) -> None:
-        now_counters = self.dp.port_counters()
+        now_counters, now_q = self._read()
         now = time.time()
         self.cpu.sample()
         dt = now - self._last_t
         if dt <= 1e-6:
             return
         t_rel = round(now - self._t0, 6)
-        last = self._last
+        last, last_q = self._last
         for p in self._ports:
             c, c0 = now_counters.get(p.ifindex), last.get(p.ifindex)
             if c is None or c0 is None:
                 continue
-            for direction, b, pk in (("tx", c.tx_bytes - c0.tx_bytes, c.tx_packets - c0.tx_packets),
-                                     ("rx", c.rx_bytes - c0.rx_bytes, c.rx_packets - c0.rx_packets)):
-                self.rows.append({"time_s": t_rel, "switch": p.node, "port": p.ifname, "peer": p.peer_node,
-                                  "bytes": b, "packets": pk, "direction": direction, "role": p.role,
-                                  "rate_bps": p.rate_bps, "interval_s": round(dt, 6),
-                                  "drops": (c.drops - c0.drops) if direction == "rx" else 0})
-        self._last, self._last_t = now_counters, now
+            q, q0 = now_q.get(p.ifindex), last_q.get(p.ifindex)
+            offered = c.tx_bytes - c0.tx_bytes
+            if q is not None and q0 is not None:
+                tx_b, tx_p, tx_drops, backlog = q[0] - q0[0], q[1] - q0[1], q[2] - q0[2], q[4]
+            else:                                   # no qdisc counters: what the program sent out
+                tx_b, tx_p, tx_drops, backlog = offered, c.tx_packets - c0.tx_packets, 0, None
+            common = {"time_s": t_rel, "switch": p.node, "port": p.ifname, "peer": p.peer_node}
+            rest = {"role": p.role, "rate_bps": p.rate_bps, "interval_s": round(dt, 6)}
+            self.rows.append({**common, "bytes": tx_b, "packets": tx_p, "direction": "tx", **rest,
+                              "offered_bytes": offered, "drops": tx_drops, "backlog_bytes": backlog})
+            self.rows.append({**common, "bytes": c.rx_bytes - c0.rx_bytes, "packets": c.rx_packets - c0.rx_packets,
+                              "direction": "rx", **rest, "offered_bytes": None, "drops": c.drops - c0.drops,
+                              "backlog_bytes": None})
+        self._last, self._last_t = (now_counters, now_q), now
 
 
 def paths_used(topo: Topology, flow_paths, flows) -> dict[int, int]:

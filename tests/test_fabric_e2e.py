@@ -242,3 +242,26 @@ def _root_veths_with_our_macs() -> list[str]:
         if mac.startswith("02:fb:"):
             out.append(dev)
     return out
+
+
+def test_congestion_drops_in_the_fabric_do_not_back_pressure_the_senders(lab):
+    """Two hosts blast at line rate into one uplink of the same rate: like real NICs they keep sending at line
+    rate (the fabric, not their sockets, absorbs the excess) and the uplink's queue drops about half."""
+    lb = lab(make_scenario(topology={"spines": 1, "leaves": 2, "hosts_per_leaf": 2,
+                                     "host_link": {"rate": "40mbit", "buffer": "256KB"},
+                                     "fabric_link": {"rate": "40mbit", "buffer": "256KB"}}))
+    t = lb.topo
+    flows = [workloads.Flow(i, src, dst, t.address(src), t.address(dst), 46000 + i, 5001, "udp", None, None, 0.0)
+             for i, (src, dst) in enumerate((("h0", "h2"), ("h1", "h3")))]
+    duration = 3.0
+    up = t.uplinks("leaf0")[0].ifindex
+    q0 = lb.fabric.qdisc_stats(["leaf0"])[up]
+    res = workloads.run(flows, lambda h: lb.fabric.ns[h], duration, 1500)
+    q1 = lb.fabric.qdisc_stats(["leaf0"])[up]
+    line_pps = 40e6 / (1514 * 8)
+    for r in res:
+        assert r.packets_sent >= 0.9 * line_pps * duration, f"{r.src} was back-pressured: {r.packets_sent}"
+    sent = sum(r.packets_sent for r in res)
+    received = sum(r.packets_received for r in res)
+    assert 0.4 <= received / sent <= 0.6, (received, sent)
+    assert q1[2] - q0[2] >= 0.3 * sent                 # the uplink queue dropped the excess

@@ -26,6 +26,7 @@ from .errors import DatapathError
 __all__ = ["Datapath", "DatapathError", "PortCounters", "FlowPath", "DROP_REASONS", "MODES", "SPRAY_KINDS"]
 
 PROGRAM = "ftb_switch_ingress"
+NIC_RELEASE = "ftb_nic_release"     # XDP on leaf host ports: releases the sender's socket (see switch.c)
 MODES = {"ecmp": 0, "flowlet": 1, "spray": 2}
 SPRAY_KINDS = {"random": 0, "round_robin": 1}
 # Index = the DROP_* enum in ebpf/lib/common.h.
@@ -131,6 +132,7 @@ class Datapath:
             try:
                 bpf = BPF(text=text.encode(), cflags=cflags)
                 fn = bpf.load_func(PROGRAM.encode(), BPF.SCHED_CLS)
+                self._nic = bpf.load_func(NIC_RELEASE.encode(), BPF.XDP)
             except Exception as e:   # BCC raises bare Exception with the details on stderr
                 log = err.text()
                 first = _first_error(log) or str(e)
@@ -156,6 +158,12 @@ class Datapath:
     @property
     def ingress_name(self) -> str:
         return PROGRAM
+
+    @property
+    def nic_release_fd(self) -> int:
+        """XDP program for the leaf side of host links (the host NIC's transmit completion)."""
+        self._need()
+        return self._nic.fd
 
     def _need(self):
         if self._bpf is None:
