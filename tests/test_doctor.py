@@ -64,23 +64,8 @@ def scratch():
 
 def _in_netns(name: str, fn):
     """Run ``fn`` in a thread that entered ``name`` (setns only affects that thread)."""
-    from pyroute2 import netns
-
-    box = {}
-
-    def body():
-        try:
-            netns.setns(name, flags=0, fork=False)
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001
-            box["error"] = e
-
-    t = threading.Thread(target=body)
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    from testbed.netns import run_in
+    return run_in(name, fn)
 
 
 # ------------------------------------------------------------------------------------------------ basics
