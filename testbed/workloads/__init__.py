@@ -59,6 +59,13 @@ class FlowResult:
     owd_max_ms: Optional[float] = None
     bytes_sent: Optional[int] = None
     error: Optional[str] = None
+    # RoCE engine (None for the others): NAKs the receiver sent, retransmit timeouts at the sender, CNPs the
+    # receiver sent, CE-marked packets it received, and whether the delivered bytes equal the sent ones
+    naks: Optional[int] = None
+    timeouts: Optional[int] = None
+    cnps: Optional[int] = None
+    ce_marks: Optional[int] = None
+    checksum_ok: Optional[bool] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -82,6 +89,10 @@ def _result(f: Flow, t0: float, tx: dict, rx: dict) -> FlowResult:
     span = (end - start) if (start is not None and end is not None) else None
     goodput = received * 8 / span / 1e6 if span and span > 0 else 0.0
     udp = f.proto == "udp"
+    if f.proto == "rocev2":          # packets_sent counts retransmissions; nothing is "lost" under RC
+        sent = tx.get("packets_sent")
+        got = rx.get("packets")
+        return _roce_result(f, t0, tx, rx, start, end, received, complete, fct, goodput, sent, got)
     sent = tx.get("packets_sent")
     got = rx.get("packets")
     lost = max(0, sent - got) if (udp and sent is not None and got is not None) else None
@@ -96,7 +107,19 @@ def _result(f: Flow, t0: float, tx: dict, rx: dict) -> FlowResult:
         rail=f.rail, engine=f.engine, complete=complete, reordered=rx.get("reordered"),
         duplicates=rx.get("dup"), retrans=tx.get("retrans"), owd_mean_ms=ms(rx.get("owd_mean_s")),
         owd_max_ms=ms(rx.get("owd_max_s")), bytes_sent=tx.get("bytes_sent"),
-        error=tx.get("error") or rx.get("error"))
+        error=tx.get("error") or rx.get("error"), naks=rx.get("naks_sent"), timeouts=tx.get("timeouts"),
+        cnps=rx.get("cnps_sent"), ce_marks=rx.get("ce_marks"), checksum_ok=rx.get("checksum_ok"))
+
+
+def _roce_result(f, t0, tx, rx, start, end, received, complete, fct, goodput, sent, got) -> "FlowResult":
+    return FlowResult(
+        flow_id=f.flow_id, src=f.src, dst=f.dst, sport=f.sport, dport=f.dport, proto=f.proto,
+        bytes=received, packets_sent=sent, packets_received=got, lost=None, start_s=start, end_s=end,
+        fct_s=fct, goodput_mbps=goodput, rate_bps=f.rate_bps, size_bytes=f.size_bytes, rail=f.rail,
+        engine=f.engine, complete=complete, reordered=rx.get("reordered"), duplicates=rx.get("dup"),
+        retrans=tx.get("retrans"), bytes_sent=tx.get("bytes_sent"), error=tx.get("error") or rx.get("error"),
+        naks=rx.get("naks_sent"), timeouts=tx.get("timeouts"), cnps=rx.get("cnps_sent"),
+        ce_marks=rx.get("ce_marks"), checksum_ok=rx.get("checksum_ok"))
 
 
 class _Agent:
