@@ -173,7 +173,8 @@ def _kill(agents: list[_Agent]) -> None:
 
 def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packet_size: int,
         timeout_s: Optional[float] = None, *, grace_s: float = 2.0, drain_s: float = 0.3,
-        sndbuf_bytes: Optional[int] = DEFAULT_SNDBUF, start_margin_s: Optional[float] = None) -> list[FlowResult]:
+        sndbuf_bytes: Optional[int] = DEFAULT_SNDBUF, start_margin_s: Optional[float] = None,
+        info: Optional[dict] = None) -> list[FlowResult]:
     """Run ``flows`` for at most ``duration_s`` (+ ``grace_s`` to drain), one agent per involved host, and return
     one FlowResult per flow, in the order given.
 
@@ -182,6 +183,7 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
     stay below the host link's qdisc limit so that blasting senders block instead of overflowing their own
     qdisc (≥ ~8 KB per socket whatever the budget). None = the kernel default for every socket.
     ``timeout_s``: hard limit for the whole run (default: duration + last start + grace + 30 s).
+    ``info``: if given, receives ``t0`` (epoch seconds that result times are relative to).
     """
     import logging
     import selectors
@@ -240,6 +242,8 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
         # 2. t0 shortly after now: every agent only has to parse its job and bind its sockets
         margin = start_margin_s if start_margin_s is not None else 0.15 + 0.01 * len(agents)
         t0 = time.time() + margin
+        if info is not None:
+            info["t0"] = t0
         by_src: dict[str, list] = {h: [] for h in hosts}
         by_dst: dict[str, list] = {h: [] for h in hosts}
         for f in flows:
