@@ -50,6 +50,9 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
     outdir = Path(out) if out else RESULTS_DIR / run_id
     if outdir.exists() and any(outdir.iterdir()):
         raise FileExistsError(f"{outdir}: already holds results; choose another --out")
+    if scen.traffic.engine == "rxe":
+        from .workloads import rxe
+        rxe.require()                         # one clear line where the kernel has no rdma_rxe, before building
     reap_stale()
     caps = doctor.as_dict(doctor.probe(with_bcc=False))
     lab_name = "r" + secrets.token_hex(4)
@@ -60,9 +63,6 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         log(f"fabric up: {len(topo.hosts)} hosts, {len(topo.switches)} switches, {len(topo.links)} links "
             f"({sum(lab.fabric.timings.values()):.2f} s); datapath {scen.switch.load_balancing}")
         coll_rows = None
-        if scen.traffic.engine == "rxe":
-            from .workloads import rxe
-            rxe.require()                     # one clear line where the kernel has no rdma_rxe
         flows = ([] if scen.traffic.collective else workloads.plan(scen.traffic, topo, scen.seed, duration_s))
         host_rate = scen.topology.host_link.rate
         packet_size = scen.traffic.packet_size or scen.topology.mtu
