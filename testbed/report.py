@@ -62,7 +62,10 @@ SUMMARY_COLUMNS = ["run_id", "scenario", "load_balancing", "seed", "duration_s",
                    "cpu_bound"]
 #: summary.csv: always present after SUMMARY_COLUMNS, in this order; extra scalar meta keys follow.
 SUMMARY_EXTRA_COLUMNS = ["flows", "flows_completed", "fct_mean_ms", "fct_max_ms", "lost_packets", "uplinks",
-                         "uplink_tx_bytes", "cpu_busy_mean", "cpu_busy_max"]
+                         "uplink_tx_bytes", "cpu_busy_mean", "cpu_busy_max",
+                         "jct_mean_ms", "jct_p99_ms", "retransmits", "ooo_packets", "cnps"]
+#: collectives.csv (runs with collective jobs): one row per job iteration.
+COLLECTIVE_COLUMNS = ["job", "iteration", "op", "bytes", "start_s", "end_s", "jct_ms"]
 
 _META_KEYS = SUMMARY_COLUMNS[:6]
 _LINK_NUMERIC = ["time_s", "bytes", "packets", "util", "rate_bps", "interval_s"]
@@ -74,11 +77,12 @@ MANIFEST = "manifest.json"
 LINKS_CSV = "links.csv"
 FLOWS_CSV = "flows.csv"
 SUMMARY_CSV = "summary.csv"
+COLLECTIVES_CSV = "collectives.csv"
 SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
 #: plot name → file name.
 PLOT_FILES = {"uplink_util": "uplink_util.png", "uplink_bytes": "uplink_bytes.png", "fct_cdf": "fct_cdf.png"}
-_RESULT_FILES = [MANIFEST, LINKS_CSV, FLOWS_CSV, SUMMARY_CSV, *PLOT_FILES.values()]
+_RESULT_FILES = [MANIFEST, LINKS_CSV, FLOWS_CSV, SUMMARY_CSV, COLLECTIVES_CSV, *PLOT_FILES.values()]
 #: manifest key under which write_run stores the summary inputs, so `report` can recompute the same row.
 _MANIFEST_INPUTS = "report_inputs"
 
@@ -222,8 +226,21 @@ def _uplinks(links_df: pd.DataFrame) -> pd.DataFrame:
     return g.loc[sent, ["switch", "port", "tx_bytes", "util"]].reset_index(drop=True)
 
 
+def collectives_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    df = pd.DataFrame(rows) if not isinstance(rows, pd.DataFrame) else rows.copy()
+    df = _with_columns(df, COLLECTIVE_COLUMNS, "collectives")
+    df = _coerce(df, ["iteration", "bytes", "start_s", "end_s", "jct_ms"])
+    return _ordered(df, COLLECTIVE_COLUMNS)
+
+
+def _col_sum(df: pd.DataFrame, col: str) -> Any:
+    if col in df.columns and df[col].notna().any():
+        return _num(pd.to_numeric(df[col], errors="coerce").sum())
+    return math.nan
+
+
 def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, Any] | None,
-              meta: Mapping[str, Any]) -> dict:
+              meta: Mapping[str, Any], collectives_df: pd.DataFrame | None = None) -> dict:
     """The one summary row (see results/README.md for every definition). Plain Python values, NaN if undefined."""
     cpu = dict(cpu or {})
     meta = dict(meta or {})
@@ -261,6 +278,13 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     for k in ("cpu_busy_mean", "cpu_busy_max"):
         v = cpu.get(k)
         row[k] = float(v) if v is not None else math.nan
+    jct = (pd.to_numeric(collectives_df["jct_ms"], errors="coerce").dropna()
+           if collectives_df is not None and "jct_ms" in collectives_df.columns else pd.Series(dtype=float))
+    row["jct_mean_ms"] = float(jct.mean()) if len(jct) else math.nan
+    row["jct_p99_ms"] = float(jct.quantile(0.99)) if len(jct) else math.nan
+    row["retransmits"] = _col_sum(flows_df, "retrans")
+    row["ooo_packets"] = _col_sum(flows_df, "reordered")
+    row["cnps"] = _col_sum(flows_df, "cnps")
     for k, v in meta.items():  # extra scalar metadata (e.g. topology name) after the contract columns
         if k not in row and (v is None or isinstance(v, (str, int, float, bool, np.generic))):
             row[k] = _num(v)
@@ -370,7 +394,7 @@ def _present(outdir: Path) -> list[str]:
 
 def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Iterable[Mapping[str, Any]],
               flows: Iterable[Mapping[str, Any]], cpu: Mapping[str, Any] | None,
-              meta: Mapping[str, Any]) -> dict:
+              meta: Mapping[str, Any], collectives: Iterable[Mapping[str, Any]] | None = None) -> dict:
     """Write a run's result directory (created if needed) and return its summary row.
 
     Order: links.csv, flows.csv, summary.csv, plots, then manifest.json (with `files` and the summary inputs
@@ -382,7 +406,11 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
     flows_df = flows_frame(flows)
     _write_csv(outdir / LINKS_CSV, links_df)
     _write_csv(outdir / FLOWS_CSV, flows_df)
-    row = summarize(links_df, flows_df, cpu, meta)
+    coll_df = None
+    if collectives is not None:
+        coll_df = collectives_frame(collectives)
+        _write_csv(outdir / COLLECTIVES_CSV, coll_df)
+    row = summarize(links_df, flows_df, cpu, meta, coll_df)
     _write_csv(outdir / SUMMARY_CSV, _summary_frame(row))
     plots(outdir, links_df, flows_df)
     m = dict(manifest or {})
@@ -456,7 +484,8 @@ def _load(d: str | os.PathLike) -> tuple[Path, dict | None, pd.DataFrame, pd.Dat
 def report(outdir: str | os.PathLike) -> dict:
     """Recompute summary.csv and the plots of an existing result directory from its files; returns the row."""
     d, manifest, links_df, flows_df, meta, cpu = _load(outdir)
-    row = summarize(links_df, flows_df, cpu, meta)
+    coll_df = collectives_frame(_read_csv(d / COLLECTIVES_CSV)) if (d / COLLECTIVES_CSV).is_file() else None
+    row = summarize(links_df, flows_df, cpu, meta, coll_df)
     _write_csv(d / SUMMARY_CSV, _summary_frame(row))
     plots(d, links_df, flows_df)
     if manifest is not None:

@@ -50,6 +50,9 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
     outdir = Path(out) if out else RESULTS_DIR / run_id
     if outdir.exists() and any(outdir.iterdir()):
         raise FileExistsError(f"{outdir}: already holds results; choose another --out")
+    if scen.traffic.engine == "rxe":
+        from .workloads import rxe
+        rxe.require()                         # one clear line where the kernel has no rdma_rxe, before building
     reap_stale()
     caps = doctor.as_dict(doctor.probe(with_bcc=False))
     lab_name = "r" + secrets.token_hex(4)
@@ -59,7 +62,8 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         topo = lab.topo
         log(f"fabric up: {len(topo.hosts)} hosts, {len(topo.switches)} switches, {len(topo.links)} links "
             f"({sum(lab.fabric.timings.values()):.2f} s); datapath {scen.switch.load_balancing}")
-        flows = workloads.plan(scen.traffic, topo, scen.seed, duration_s)
+        coll_rows = None
+        flows = ([] if scen.traffic.collective else workloads.plan(scen.traffic, topo, scen.seed, duration_s))
         host_rate = scen.topology.host_link.rate
         packet_size = scen.traffic.packet_size or scen.topology.mtu
         sampler = telemetry.LinkSampler(topo, lab.datapath, scen.telemetry.interval / 1e9, lab.fabric)
@@ -67,11 +71,21 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         captures.start()
         sampler.start()
         try:
-            log(f"traffic: {len(flows)} {scen.traffic.engine} flows, pattern {scen.traffic.pattern}, "
+            what = (f"{len(scen.traffic.job_list())} collective job(s)" if scen.traffic.collective else
+                    f"{len(flows)} {scen.traffic.engine} flows, pattern {scen.traffic.pattern}")
+            log(f"traffic: {what} ({scen.traffic.engine}), "
                 f"up to {duration_s:g} s")
-            results = workloads.run(flows, lambda h: lab.fabric.ns[h], duration_s, packet_size,
-                                    sndbuf_bytes=min(workloads.DEFAULT_SNDBUF,
-                                                     scen.topology.host_link.buffer * 3 // 4))
+            sndbuf = min(workloads.DEFAULT_SNDBUF, scen.topology.host_link.buffer * 3 // 4)
+            if scen.traffic.collective:
+                from .workloads import collectives
+                flows, pairs, coll_rows = collectives.run_jobs(scen.traffic, topo, scen.seed,
+                                                               lambda h: lab.fabric.ns[h], duration_s, packet_size,
+                                                               sndbuf_bytes=sndbuf, log=log)
+                results = [r for r, _ in pairs]
+                steps = [s for _, s in pairs]
+            else:
+                results = workloads.run(flows, lambda h: lab.fabric.ns[h], duration_s, packet_size,
+                                        sndbuf_bytes=sndbuf)
         finally:
             sampler.stop()
             pcaps = captures.stop()
@@ -85,6 +99,9 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         row = r.to_dict()
         row["paths_used"] = used.get(f.flow_id, 0)
         row["src_leaf"] = topo.leaf_of(f.src, f.rail)
+        if coll_rows is not None:
+            st = steps[len(flow_rows)]
+            row.update(job=st.job, iteration=st.iteration, step=st.index)
         flow_rows.append(row)
     manifest = {
         "run_id": run_id, "scenario": to_dict(scen), "source": source, "seed": scen.seed,
@@ -97,5 +114,6 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
     meta = {"run_id": run_id, "scenario": scen.name, "load_balancing": scen.switch.load_balancing,
             "seed": scen.seed, "duration_s": duration_s,
             "offered_mbps": workloads.offered_mbps(flows, host_rate, duration_s)}
-    row = report.write_run(outdir, manifest, sampler.rows, flow_rows, sampler.cpu.result(), meta)
+    row = report.write_run(outdir, manifest, sampler.rows, flow_rows, sampler.cpu.result(), meta,
+                           collectives=coll_rows)
     return outdir, row

@@ -83,9 +83,56 @@ class IncastSpec(Strict):
     senders: Union[list[NodeName], int, None] = None   # names, a count (first N others), or all others
 
 
+class RoceSpec(Strict):
+    """Options of the built-in RoCEv2 engine (``traffic.engine: roce``)."""
+    entropy: Literal["qp", "packet"] = "qp"        # qp: one UDP source port per QP; packet: cycle per packet
+    entropy_values: int = Field(8, ge=1, le=4096)   # source ports cycled over with entropy: packet
+    message_size: Optional[Size] = None             # RDMA WRITE size; None = the whole flow (1MB for duration flows)
+    mtu: Optional[Literal[256, 512, 1024, 2048, 4096]] = None   # IB path MTU; None = largest fitting packet_size
+    rto: Annotated[int, _unit(units.time_ns), Field(ge=100_000)] = units.time_ns("10ms")
+    reorder_window: int = Field(32, ge=1, le=1 << 20)   # ooo receiver: NAK a hole this many PSNs behind
+    drop_prob: float = Field(0.0, ge=0.0, le=0.5)   # test-only: receiver discards this fraction of data packets
+    ce_prob: float = Field(0.0, ge=0.0, le=1.0)     # test-only: sender CE-marks this fraction of packets
+
+
+class DcqcnSpec(Strict):
+    """DCQCN parameters; None = the paper's value scaled to the host link rate (testbed/workloads/dcqcn.py)."""
+    g: Optional[float] = Field(None, gt=0, le=1)
+    cnp_interval: Optional[Time] = None
+    rate_timer: Optional[Time] = None
+    alpha_timer: Optional[Time] = None
+    byte_counter: Optional[Size] = None
+    fast_recovery: Optional[int] = Field(None, ge=0, le=100)
+    rate_ai: Optional[Rate] = None
+    rate_hai: Optional[Rate] = None
+    min_rate: Optional[Rate] = None
+
+
+class JobSpec(Strict):
+    """One collective job: ``iterations`` × (the collective, then ``gap`` of compute)."""
+    name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,40}$")
+    pattern: Literal["allreduce", "all-to-all", "incast", "permutation"]
+    hosts: Optional[list[NodeName]] = None     # None = every host; incast: the first one receives
+    bytes: Size                                # allreduce: buffer per rank; all-to-all: per pair; incast: per
+                                               # sender; permutation: per flow
+    iterations: int = Field(1, ge=1, le=10000)
+    gap: Time = 0
+
+    @model_validator(mode="after")
+    def _enough_hosts(self):
+        if self.hosts is not None and len(set(self.hosts)) < 2:
+            raise ValueError("hosts: a collective needs at least 2 distinct hosts")
+        return self
+
+
 class TrafficSpec(Strict):
-    engine: Literal["udp", "tcp"] = "udp"
-    pattern: Literal["pairs", "permutation", "all-to-all", "incast"] = "permutation"
+    engine: Literal["udp", "tcp", "roce", "rxe"] = "udp"
+    pattern: Literal["pairs", "permutation", "all-to-all", "incast", "allreduce"] = "permutation"
+    receiver: Literal["gbn", "ooo"] = "gbn"      # RoCE: go-back-N (as NICs do) or reordering-tolerant
+    cc: Literal["none", "dcqcn"] = "none"        # RoCE congestion control
+    roce: RoceSpec = RoceSpec()
+    dcqcn: DcqcnSpec = DcqcnSpec()
+    jobs: list[JobSpec] = []                     # collectives; when given, `pattern` and `pairs` are not used
     pairs: list[tuple[NodeName, NodeName]] = []
     incast: IncastSpec = IncastSpec()
     flows_per_pair: int = Field(1, ge=1, le=1024)
@@ -99,9 +146,22 @@ class TrafficSpec(Strict):
 
     @model_validator(mode="after")
     def _pairs_needed(self):
-        if self.pattern == "pairs" and not self.pairs:
+        if self.pattern == "pairs" and not self.pairs and not self.jobs:
             raise ValueError("pairs: pattern 'pairs' needs a list like [[h0, h1]]")
+        if self.pattern == "allreduce" and not self.jobs and self.flow_size is None:
+            raise ValueError("flow_size: pattern 'allreduce' needs the buffer size per rank in flow_size")
+        if (self.receiver != "gbn" or self.cc != "none") and self.engine not in ("roce",):
+            raise ValueError(f"engine: receiver/cc apply to the RoCE engine (engine: roce), got {self.engine!r}")
         return self
+
+    @property
+    def collective(self) -> bool:
+        return bool(self.jobs) or self.pattern == "allreduce"
+
+    def job_list(self) -> list[JobSpec]:
+        if self.jobs:
+            return list(self.jobs)
+        return [JobSpec(pattern="allreduce", bytes=self.flow_size)]
 
 
 class TelemetrySpec(Strict):
@@ -127,6 +187,8 @@ class Scenario(Strict):
         where.append(("traffic.incast.receiver", self.traffic.incast.receiver))
         if isinstance(self.traffic.incast.senders, list):
             where += [("traffic.incast.senders", n) for n in self.traffic.incast.senders]
+        for i, job in enumerate(self.traffic.jobs):
+            where += [(f"traffic.jobs.{i}.hosts", n) for n in job.hosts or []]
         for path, n in where:
             if n not in names:
                 raise ValueError(f"@{path}: no node {n!r} in this topology "

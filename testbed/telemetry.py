@@ -132,7 +132,7 @@ def paths_used(topo: Topology, flow_paths, flows) -> dict[int, int]:
         seen[key] = sum(1 for n in fp.packets.values() if n > 0)
     out = {}
     for f in flows:
-        proto = 17 if f.proto == "udp" else 6
+        proto = 6 if f.proto == "tcp" else 17
         leaf = topo.leaf_of(f.src, f.rail)
         if topo.leaf_of(f.dst, f.rail) == leaf:
             out[f.flow_id] = 0                 # never leaves its leaf

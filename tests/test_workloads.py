@@ -149,9 +149,9 @@ def test_sizes_rates_start_engine():
 
 
 def test_engine_registry():
-    assert set(ENGINES) >= {"udp", "tcp"}
+    assert set(ENGINES) >= {"udp", "tcp", "roce"}
     for name, e in ENGINES.items():
-        assert e.name == name and e.proto in ("udp", "tcp")
+        assert e.name == name and e.proto in ("udp", "tcp", "rocev2")
 
 
 def test_offered_load():

@@ -59,6 +59,13 @@ class FlowResult:
     owd_max_ms: Optional[float] = None
     bytes_sent: Optional[int] = None
     error: Optional[str] = None
+    # RoCE engine (None for the others): NAKs the receiver sent, retransmit timeouts at the sender, CNPs the
+    # receiver sent, CE-marked packets it received, and whether the delivered bytes equal the sent ones
+    naks: Optional[int] = None
+    timeouts: Optional[int] = None
+    cnps: Optional[int] = None
+    ce_marks: Optional[int] = None
+    checksum_ok: Optional[bool] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -82,6 +89,10 @@ def _result(f: Flow, t0: float, tx: dict, rx: dict) -> FlowResult:
     span = (end - start) if (start is not None and end is not None) else None
     goodput = received * 8 / span / 1e6 if span and span > 0 else 0.0
     udp = f.proto == "udp"
+    if f.proto == "rocev2":          # packets_sent counts retransmissions; nothing is "lost" under RC
+        sent = tx.get("packets_sent")
+        got = rx.get("packets")
+        return _roce_result(f, t0, tx, rx, start, end, received, complete, fct, goodput, sent, got)
     sent = tx.get("packets_sent")
     got = rx.get("packets")
     lost = max(0, sent - got) if (udp and sent is not None and got is not None) else None
@@ -96,7 +107,19 @@ def _result(f: Flow, t0: float, tx: dict, rx: dict) -> FlowResult:
         rail=f.rail, engine=f.engine, complete=complete, reordered=rx.get("reordered"),
         duplicates=rx.get("dup"), retrans=tx.get("retrans"), owd_mean_ms=ms(rx.get("owd_mean_s")),
         owd_max_ms=ms(rx.get("owd_max_s")), bytes_sent=tx.get("bytes_sent"),
-        error=tx.get("error") or rx.get("error"))
+        error=tx.get("error") or rx.get("error"), naks=rx.get("naks_sent"), timeouts=tx.get("timeouts"),
+        cnps=rx.get("cnps_sent"), ce_marks=rx.get("ce_marks"), checksum_ok=rx.get("checksum_ok"))
+
+
+def _roce_result(f, t0, tx, rx, start, end, received, complete, fct, goodput, sent, got) -> "FlowResult":
+    return FlowResult(
+        flow_id=f.flow_id, src=f.src, dst=f.dst, sport=f.sport, dport=f.dport, proto=f.proto,
+        bytes=received, packets_sent=sent, packets_received=got, lost=None, start_s=start, end_s=end,
+        fct_s=fct, goodput_mbps=goodput, rate_bps=f.rate_bps, size_bytes=f.size_bytes, rail=f.rail,
+        engine=f.engine, complete=complete, reordered=rx.get("reordered"), duplicates=rx.get("dup"),
+        retrans=tx.get("retrans"), bytes_sent=tx.get("bytes_sent"), error=tx.get("error") or rx.get("error"),
+        naks=rx.get("naks_sent"), timeouts=tx.get("timeouts"), cnps=rx.get("cnps_sent"),
+        ce_marks=rx.get("ce_marks"), checksum_ok=rx.get("checksum_ok"))
 
 
 class _Agent:
@@ -150,7 +173,8 @@ def _kill(agents: list[_Agent]) -> None:
 
 def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packet_size: int,
         timeout_s: Optional[float] = None, *, grace_s: float = 2.0, drain_s: float = 0.3,
-        sndbuf_bytes: Optional[int] = DEFAULT_SNDBUF, start_margin_s: Optional[float] = None) -> list[FlowResult]:
+        sndbuf_bytes: Optional[int] = DEFAULT_SNDBUF, start_margin_s: Optional[float] = None,
+        info: Optional[dict] = None) -> list[FlowResult]:
     """Run ``flows`` for at most ``duration_s`` (+ ``grace_s`` to drain), one agent per involved host, and return
     one FlowResult per flow, in the order given.
 
@@ -159,6 +183,7 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
     stay below the host link's qdisc limit so that blasting senders block instead of overflowing their own
     qdisc (≥ ~8 KB per socket whatever the budget). None = the kernel default for every socket.
     ``timeout_s``: hard limit for the whole run (default: duration + last start + grace + 30 s).
+    ``info``: if given, receives ``t0`` (epoch seconds that result times are relative to).
     """
     import logging
     import selectors
@@ -217,6 +242,8 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
         # 2. t0 shortly after now: every agent only has to parse its job and bind its sockets
         margin = start_margin_s if start_margin_s is not None else 0.15 + 0.01 * len(agents)
         t0 = time.time() + margin
+        if info is not None:
+            info["t0"] = t0
         by_src: dict[str, list] = {h: [] for h in hosts}
         by_dst: dict[str, list] = {h: [] for h in hosts}
         for f in flows:

@@ -154,7 +154,7 @@ def run_job(job: dict) -> dict:
     for f in job["send"] + job["recv"]:
         if f.get("engine", f["proto"]) not in ENGINES:
             raise SystemExit(f"agent: unknown engine {f.get('engine')!r} for flow {f['flow_id']}")
-    n_udp = sum(1 for f in job["send"] if f["proto"] == "udp")
+    n_udp = sum(1 for f in job["send"] if f["proto"] in ("udp", "rocev2"))
     if job.get("sndbuf_bytes") and n_udp:
         job["sndbuf_each"] = int(job["sndbuf_bytes"]) // n_udp
 

@@ -21,7 +21,7 @@ Wire formats (both engines count L4 payload bytes, so ``size_bytes`` is exactly 
        receiver how many packets to expect; markers are not counted as data.
   TCP  an 8-byte preamble (b"FTB1", flow_id u32), then ``size_bytes`` (or, for a duration, until the end) of
        zeros; the sender then shuts down its side and waits for the receiver's EOF.
-A RoCEv2 engine (later) plugs in here with proto "udp", dport 4791 and its own header and congestion control.
+  RoCEv2 (roce.py, proto "rocev2", dport 4791): BTH/RETH/AETH/ICRC over UDP, RC reliability and DCQCN.
 """
 from __future__ import annotations
 
@@ -633,3 +633,7 @@ class TcpEngine:
 
 
 ENGINES = {"udp": UdpEngine, "tcp": TcpEngine}
+
+from .roce import RoceEngine  # noqa: E402 — roce.py imports the status constants above
+
+ENGINES["roce"] = RoceEngine

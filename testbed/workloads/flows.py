@@ -44,6 +44,7 @@ class Flow:
     start_s: float                   # seconds after t0
     rail: int = 0
     engine: str = ""                 # the engine that runs it (ENGINES key); "" = same as proto
+    opts: Optional[dict] = None      # engine options (RoCE: receiver, cc, mtu, entropy, DCQCN parameters, …)
 
     def __post_init__(self):
         if not self.engine:
@@ -131,6 +132,8 @@ def pairs_for(traffic, topo, rng: random.Random) -> list[tuple[str, str]]:
             if rx in chosen:
                 raise ValueError(f"incast senders: the receiver {rx} cannot send to itself")
         return [(s, rx) for s in chosen]
+    if pattern == "allreduce":
+        raise ValueError("pattern 'allreduce' is a collective: run it with testbed.workloads.collectives")
     raise ValueError(f"unknown traffic pattern {pattern!r}")
 
 
@@ -139,14 +142,40 @@ def pairs_for(traffic, topo, rng: random.Random) -> list[tuple[str, str]]:
 def _engine(traffic):
     from .engines import ENGINES          # lazy: keeps this module free of socket code at import
     name = traffic.engine
+    if name == "rxe":
+        raise ValueError("engine rxe runs perftest, not the traffic agents (testbed.workloads.rxe)")
     if name not in ENGINES:
         raise ValueError(f"unknown traffic engine {name!r} (known: {', '.join(sorted(ENGINES))})")
     return name, ENGINES[name]
 
 
+def roce_opts(traffic, topo) -> dict:
+    """Engine options every RoCE flow of ``traffic`` carries to both agents (see roce.py)."""
+    from . import rocewire
+    from .dcqcn import DcqcnParams
+    spec = topo.spec
+    packet_size = traffic.packet_size or spec.mtu
+    r = traffic.roce
+    line = spec.host_link.rate
+    d = traffic.dcqcn
+    ns = (lambda v: None if v is None else v / 1e9)
+    params = DcqcnParams.scaled(line, g=d.g, cnp_interval_s=ns(d.cnp_interval), rate_timer_s=ns(d.rate_timer),
+                                alpha_timer_s=ns(d.alpha_timer), byte_counter=d.byte_counter,
+                                fast_recovery=d.fast_recovery, rate_ai_bps=d.rate_ai, rate_hai_bps=d.rate_hai,
+                                min_rate_bps=d.min_rate)
+    mtu = r.mtu or rocewire.ib_mtu(packet_size)
+    if mtu + rocewire.HDR_MAX + rocewire.ICRC_LEN > packet_size:
+        raise ValueError(f"traffic.roce.mtu {mtu} does not fit packet_size {packet_size}")
+    return {"receiver": traffic.receiver, "cc": traffic.cc, "mtu": mtu, "msg_bytes": r.message_size,
+            "entropy": r.entropy, "entropy_values": r.entropy_values, "rto_s": r.rto / 1e9,
+            "reorder_window": r.reorder_window, "drop_prob": r.drop_prob, "ce_prob": r.ce_prob,
+            "cnp_interval_s": params.cnp_interval_s, "dcqcn": params.to_dict()}
+
+
 def plan(traffic, topo, seed: int, duration_s: float) -> list[Flow]:
     """The flows a ``TrafficSpec`` asks for on ``topo``, reproducibly for ``seed``."""
     name, engine = _engine(traffic)
+    opts = roce_opts(traffic, topo) if name == "roce" else None
     rng = random.Random(seed)
     pairs = pairs_for(traffic, topo, rng)
     rails = getattr(topo.spec, "rails", 1)
@@ -185,7 +214,7 @@ def plan(traffic, topo, seed: int, duration_s: float) -> list[Flow]:
             flows.append(Flow(flow_id=i, src=src, dst=dst, src_addr=topo.address(src, rail),
                               dst_addr=topo.address(dst, rail), sport=sports[i], dport=dports[k],
                               proto=engine.proto, size_bytes=traffic.flow_size, rate_bps=traffic.rate,
-                              start_s=start_s, rail=rail, engine=name))
+                              start_s=start_s, rail=rail, engine=name, opts=opts))
     return flows
 
 

@@ -1,0 +1,595 @@
+"""The built-in RoCEv2 engine (``traffic.engine: roce``): RC queue pairs doing RDMA WRITEs over UDP 4791.
+
+One flow = one RC QP (requester on the flow's source host, responder on its destination). Responder QPN =
+0x100 + 2·flow_id, requester QPN = responder + 1. A sized flow is a sequence of RDMA WRITE messages of
+``msg_bytes`` (the last one shorter) into a memory region of ``size_bytes``; a duration flow repeats messages of
+``msg_bytes`` until the end of the run. Packets carry ``mtu`` payload bytes (the IB path MTU); WRITE FIRST/ONLY
+carry a RETH, the last packet of a message asks for an ACK.
+
+Per host (agent process) one ``Endpoint``: a UDP socket bound to :4791 (receives data, ACK/NAK, CNP; IP_RECVTOS
+gives the ECN bits) and a raw socket for ACK/NAK/CNP. Each requester has its own raw IP socket (IP_HDRINCL: we
+build the IP header, because the ICRC covers it), so the shaped host link back-pressures it like a NIC queue.
+
+Reliability (RC):
+  receiver gbn  (what RoCE NICs do) the responder accepts only the expected PSN; on a gap it sends one NAK
+                (PSN sequence error) carrying the expected PSN and drops out-of-order packets; the requester
+                goes back to that PSN and resends everything from it (go-back-N).
+  receiver ooo  (DDP / IRN style) the responder places every packet by its PSN (the message layout is known to
+                both ends, as DDP placement information would tell it), acknowledges cumulatively and NAKs a
+                missing PSN selectively once the highest received PSN is ``reorder_window`` packets past it;
+                the requester then resends only that PSN (selective repeat).
+  Cumulative ACKs every ``ACK_EVERY`` in-order packets and on every ack-request; retransmit timeout ``rto_s``
+  (go back to / resend the oldest unacknowledged PSN).
+Congestion control ``cc: dcqcn``: CE-marked arrivals make the responder send a CNP (opcode 0x81) at most once per
+QP per CNP interval; the requester's ReactionPoint sets its pacing rate (see ``dcqcn.py``). ``cc: none``: the
+requester sends as fast as the host link takes it (or at the flow's rate).
+
+Test-only knobs (``traffic.roce``): ``drop_prob`` makes the responder discard that fraction of data packets as if
+the network lost them (seeded); ``ce_prob`` makes the requester send that fraction of packets already CE-marked.
+"""
+from __future__ import annotations
+
+import collections
+import errno
+import hashlib
+import random
+import socket
+import threading
+import time
+
+from . import rocewire as w
+from .dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
+from .engines import DONE, READY, WAIT_TIME, WAIT_WRITE
+
+ACK_EVERY = 8
+BURST = 32
+POLL_S = 0.0005
+MAX_LAG_S = 0.002
+IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
+IP_TOS = socket.IP_TOS
+PADS = (b"", b"\0", b"\0\0", b"\0\0\0")
+RCVBUF = 8 << 20
+SO_RCVBUFFORCE = 33
+
+
+def rsp_qpn(fid: int) -> int:
+    return 0x100 + 2 * fid
+
+
+def req_qpn(fid: int) -> int:
+    return 0x101 + 2 * fid
+
+
+def flow_data(flow: dict, n: int) -> bytes:
+    """The bytes a flow writes (the receiver regenerates them to check the transfer)."""
+    return random.Random(0x5EED ^ flow["flow_id"]).randbytes(n)
+
+
+class Layout:
+    """Packet index ↔ (message, offset) for a flow; both ends compute it from the flow alone."""
+
+    def __init__(self, flow: dict):
+        o = flow.get("opts") or {}
+        self.mtu = int(o.get("mtu", 1024))
+        self.size = flow["size_bytes"]
+        self.msg = int(o.get("msg_bytes") or self.size or 1 << 20)
+        if self.size is not None:
+            self.msg = min(self.msg, self.size)
+        self.ppm = -(-self.msg // self.mtu)
+        if self.size is None:
+            self.npk = None
+            self.nmsg = None
+        else:
+            self.nmsg = -(-self.size // self.msg)
+            last = self.size - (self.nmsg - 1) * self.msg
+            self.npk = (self.nmsg - 1) * self.ppm + -(-last // self.mtu)
+
+    def msg_len(self, m: int) -> int:
+        if self.size is None or m < self.nmsg - 1:
+            return self.msg
+        return self.size - (self.nmsg - 1) * self.msg
+
+    def where(self, idx: int) -> tuple[int, int, int, int, int]:
+        """(message, index in message, packets in message, byte offset in the region, payload length)."""
+        m, j = divmod(idx, self.ppm)
+        ml = self.msg_len(m)
+        off_in = j * self.mtu
+        n_in = -(-ml // self.mtu)
+        return m, j, n_in, (m * self.msg if self.size is not None else 0) + off_in, min(self.mtu, ml - off_in)
+
+
+def _raw_socket(sndbuf: int | None = None) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
+    if sndbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(4096, sndbuf))
+    s.setblocking(False)
+    return s
+
+
+# ---------------------------------------------------------------- per host
+
+class Endpoint:
+    """The host's RoCE 'NIC': receive socket on 4791, dispatch by destination QP; shared by the sender loop
+    (main thread) and the receive thread, under one lock."""
+    closed = False
+
+    def __init__(self):
+        s = self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF)
+        except OSError:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+        s.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
+        s.bind(("0.0.0.0", w.ROCE_PORT))
+        s.setblocking(False)
+        self.ctl = _raw_socket()
+        self.lock = threading.RLock()
+        self.req: dict[int, "Requester"] = {}
+        self.rsp: dict[int, "Responder"] = {}
+        self.buf = bytearray(10000)
+        self.bufs = [self.buf]
+        self.anc = socket.CMSG_SPACE(4)
+        self.unknown = 0
+        self.rx_open = False
+        self.users = 0
+        self.ctl_drops = 0
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send_ctl(self, pkt: bytes, dst: str) -> None:
+        try:
+            self.ctl.sendto(pkt, (dst, 0))
+        except (BlockingIOError, OSError):
+            self.ctl_drops += 1            # control packets are best effort (ACKs are cumulative, RTO covers)
+
+    def on_readable(self, now: float):
+        self.drain(256)
+        return None
+
+    def drain(self, limit: int) -> None:
+        if self.closed:
+            return
+        with self.lock:
+            recv, buf, bufs, anc = self.sock.recvmsg_into, self.buf, self.bufs, self.anc
+            rsp, req = self.rsp, self.req
+            clock = time.time
+            for _ in range(limit):
+                try:
+                    n, ad, _fl, _addr = recv(bufs, anc)
+                except BlockingIOError:
+                    return
+                except OSError:
+                    continue
+                if n < w.BTH_LEN + w.ICRC_LEN:
+                    self.unknown += 1
+                    continue
+                tos = ad[0][2][0] if ad else 0
+                op = buf[0]
+                qpn = (buf[5] << 16) | (buf[6] << 8) | buf[7]
+                now = clock()
+                if op == w.OP_ACK:
+                    q = req.get(qpn)
+                    if q is None:
+                        self.unknown += 1
+                    else:
+                        q.on_ack(buf, now)
+                elif op == w.OP_CNP:
+                    q = req.get(qpn)
+                    if q is None:
+                        self.unknown += 1
+                    else:
+                        q.on_cnp(now)
+                else:
+                    r = rsp.get(qpn)
+                    if r is None or op not in w.DATA_OPS:
+                        self.unknown += 1
+                    else:
+                        r.on_data(buf, n, op, tos, now)
+
+    def close(self) -> None:                 # the receive thread is done with it
+        self.rx_open = False
+        self._maybe_close()
+
+    def release(self) -> None:               # a requester is done with it
+        self.users -= 1
+        self._maybe_close()
+
+    def _maybe_close(self) -> None:
+        if not self.rx_open and self.users <= 0 and not self.closed:
+            self.closed = True
+            self.sock.close()
+            self.ctl.close()
+
+
+_ENDPOINT: Endpoint | None = None
+
+
+def endpoint() -> Endpoint:
+    global _ENDPOINT
+    if _ENDPOINT is None or _ENDPOINT.closed:
+        _ENDPOINT = Endpoint()
+    return _ENDPOINT
+
+
+# ---------------------------------------------------------------- responder (receiver of a flow)
+
+class Responder:
+    def __init__(self, flow: dict, ep: Endpoint, drain_s: float):
+        o = flow.get("opts") or {}
+        self.flow = flow
+        self.flow_id = flow["flow_id"]
+        self.ep = ep
+        self.lay = Layout(flow)
+        self.size = flow["size_bytes"]
+        self.ooo_mode = o.get("receiver", "gbn") == "ooo"
+        self.window = int(o.get("reorder_window", 32))
+        self.region = bytearray(self.size) if self.size is not None else None
+        self.have = bytearray(self.lay.npk) if (self.ooo_mode and self.lay.npk) else bytearray()
+        self.epsn = 0
+        self.highest = -1
+        self.nak_upto = 0
+        self.nak_out = False
+        self.since_ack = 0
+        self.dups_since_ack = 0
+        self.bytes = 0
+        self.packets = 0
+        self.ooo = 0
+        self.dup = 0
+        self.naks = 0
+        self.acks = 0
+        self.dropped = 0
+        self.first_rx = self.last_rx = None
+        self.complete_at = None
+        self.deadline = None
+        self.drain_s = drain_s
+        self.drop_prob = float(o.get("drop_prob") or 0.0)
+        self.rng = random.Random(0xD20 + self.flow_id)
+        cc = o.get("cc", "none")
+        self.np = NotificationPoint(float(o["cnp_interval_s"])) if cc == "dcqcn" else None
+        self.ce = 0
+        self.ctl = w.Template(flow["dst_addr"], flow["src_addr"], req_qpn(self.flow_id), tos=w.DSCP_ROCE << 2)
+        self.dst = flow["src_addr"]
+        self.sport = flow["sport"]
+
+    # -- control packets
+    def _ack(self, nak_psn: int | None = None) -> None:
+        if nak_psn is not None:
+            self.naks += 1
+            pkt = w.ack_packet(self.ctl, nak_psn, self.sport, self.epsn // self.lay.ppm, nak=True)
+        else:
+            self.acks += 1
+            pkt = w.ack_packet(self.ctl, self.epsn - 1, self.sport, self.epsn // self.lay.ppm)
+        self.since_ack = 0
+        self.ep.send_ctl(pkt, self.dst)
+
+    def on_data(self, buf, n: int, op: int, tos: int, now: float) -> None:
+        if self.drop_prob and self.rng.random() < self.drop_prob:
+            self.dropped += 1
+            return
+        if (tos & w.ECN_MASK) == w.CE:
+            self.ce += 1
+            if self.np is not None and self.np.on_ce(now):
+                self.ep.send_ctl(w.cnp_packet(self.ctl, self.sport), self.dst)
+        pad = (buf[1] >> 4) & 3
+        ackreq = buf[8] & 0x80
+        idx = w.unwrap((buf[9] << 16) | (buf[10] << 8) | buf[11], self.epsn)
+        hl = w.BTH_LEN + (w.RETH_LEN if op in w.RETH_OPS else 0)
+        plen = n - hl - pad - w.ICRC_LEN
+        if self.first_rx is None:
+            self.first_rx = now
+        npk = self.lay.npk
+        if npk is not None and not 0 <= idx < npk + 0:
+            if idx < 0 or idx >= npk:
+                self.dup += 1
+                return
+        if self.ooo_mode:
+            self._ooo(buf, idx, hl, plen, ackreq, now)
+        else:
+            self._gbn(buf, idx, hl, plen, ackreq, now)
+
+    def _place(self, buf, idx: int, hl: int, plen: int, now: float) -> None:
+        self.packets += 1
+        self.bytes += plen
+        self.last_rx = now
+        if self.region is not None:
+            off = self.lay.where(idx)[3]
+            self.region[off:off + plen] = buf[hl:hl + plen]
+
+    def _done_check(self, now: float) -> None:
+        if self.lay.npk is not None and self.epsn >= self.lay.npk and self.complete_at is None:
+            self.complete_at = now
+            self._ack()
+
+    def _gbn(self, buf, idx, hl, plen, ackreq, now) -> None:
+        if idx == self.epsn:
+            self._place(buf, idx, hl, plen, now)
+            self.epsn += 1
+            self.nak_out = False
+            self.since_ack += 1
+            if ackreq or self.since_ack >= ACK_EVERY:
+                self._ack()
+            self._done_check(now)
+        elif idx > self.epsn:
+            self.ooo += 1
+            if not self.nak_out:
+                self.nak_out = True
+                self._ack(nak_psn=self.epsn)
+        else:
+            self.dup += 1
+            self.dups_since_ack += 1
+            if ackreq or self.dups_since_ack >= ACK_EVERY:
+                self.dups_since_ack = 0
+                self._ack()
+
+    def _ooo(self, buf, idx, hl, plen, ackreq, now) -> None:
+        have = self.have
+        if idx >= len(have):
+            have.extend(bytes(idx - len(have) + 4096))
+        if idx < self.epsn or have[idx]:
+            self.dup += 1
+            self.dups_since_ack += 1
+            if ackreq or self.dups_since_ack >= ACK_EVERY:
+                self.dups_since_ack = 0
+                self._ack()
+            return
+        have[idx] = 1
+        self._place(buf, idx, hl, plen, now)
+        if idx != self.epsn:
+            self.ooo += 1
+        if idx > self.highest:
+            self.highest = idx
+        advanced = False
+        n = len(have)
+        while self.epsn < n and have[self.epsn]:
+            self.epsn += 1
+            advanced = True
+        if advanced:
+            self.since_ack += 1
+        # selective NAK: holes the highest PSN has passed by more than the reorder window
+        limit = self.highest - self.window
+        if limit > self.nak_upto:
+            for j in range(max(self.epsn, self.nak_upto), limit):
+                if not have[j]:
+                    self._ack(nak_psn=j & w.PSN_MASK)
+            self.nak_upto = limit
+        if ackreq or self.since_ack >= ACK_EVERY:
+            self._ack()
+        self._done_check(now)
+
+    # -- the agent's RxFlow interface
+    @property
+    def complete(self) -> bool:
+        return self.complete_at is not None
+
+    def finished(self, now: float) -> bool:
+        if self.complete:
+            return True
+        return self.deadline is not None and now > self.deadline and (
+            self.lay.npk is None or now - max(self.deadline, self.last_rx or 0.0) > self.drain_s)
+
+    def result(self) -> dict:
+        ok = None
+        if self.region is not None:
+            ok = self.complete and hashlib.sha256(self.region).digest() == hashlib.sha256(
+                flow_data(self.flow, self.size)).digest()
+        return dict(bytes=min(self.bytes, self.size) if self.size is not None and self.complete else self.bytes,
+                    packets=self.packets, first_rx=self.first_rx,
+                    last_rx=self.complete_at or self.last_rx, complete=self.complete, dup=self.dup,
+                    reordered=self.ooo, naks_sent=self.naks, acks_sent=self.acks, ce_marks=self.ce,
+                    cnps_sent=self.np.cnps if self.np else 0, injected_drops=self.dropped, checksum_ok=ok)
+
+
+# ---------------------------------------------------------------- requester (sender of a flow)
+
+class Requester:
+    def __init__(self, flow: dict, job: dict):
+        o = flow.get("opts") or {}
+        self.flow = flow
+        self.fid = flow["flow_id"]
+        self.ep = endpoint()
+        self.ep.users += 1
+        self.lay = Layout(flow)
+        self.npk = self.lay.npk
+        self.sock = _raw_socket(job.get("sndbuf_each"))
+        self.dst = flow["dst_addr"]
+        self.tmpl = w.Template(flow["src_addr"], flow["dst_addr"], rsp_qpn(self.fid))
+        self.selective = o.get("receiver", "gbn") == "ooo"
+        n_ent = int(o.get("entropy_values") or 1) if o.get("entropy") == "packet" else 1
+        self.n_ent = max(1, n_ent)
+        self.sport = min(flow["sport"], 65535 - self.n_ent + 1)
+        self.rto = float(o.get("rto_s", 0.01))
+        self.ce_prob = float(o.get("ce_prob") or 0.0)
+        self.rng = random.Random(0xCE + self.fid)
+        size = flow["size_bytes"]
+        self.data = memoryview(flow_data(flow, size if size is not None else self.lay.msg))
+        self.deadline = job["t0"] + job["duration_s"]
+        self.static_rate = flow.get("rate_bps")
+        self.cc = o.get("cc", "none")
+        self.params = DcqcnParams(**o["dcqcn"]) if self.cc == "dcqcn" else None
+        self.rp = None
+        self.una = self.nxt = self.hi = 0
+        self.retxq: collections.deque = collections.deque()
+        self.sent = self.retrans = self.timeouts = self.naks = self.acks = 0
+        self.bytes = 0
+        self.send_start = self.send_end = None
+        self.last_progress = 0.0
+        self.next_t = 0.0
+        self.error = None
+        self.done = False
+        self.last_nak = -1
+        self.ep.req[req_qpn(self.fid)] = self
+        self.rate_samples: list = []
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def begin(self, now: float) -> None:
+        self.send_start = now
+        self.last_progress = now
+        self.next_t = now
+        if self.params is not None:
+            self.rp = ReactionPoint(self.params, now)
+
+    # -- called by Endpoint.drain under the lock
+    def on_ack(self, buf, now: float) -> None:
+        syn = buf[12]
+        idx = w.unwrap((buf[9] << 16) | (buf[10] << 8) | buf[11], self.una)
+        if syn & w.NAK_MASK == w.SYN_NAK_SEQ:
+            self.naks += 1
+            if self.selective:                       # a hole; says nothing about the PSNs before it
+                if idx >= self.una:
+                    self.retxq.append(idx)
+                return
+            if idx > self.una:                       # go-back-N NAK: everything before it arrived
+                self.una = idx
+                self.last_progress = now
+            if idx != self.last_nak or now - self.last_progress > self.rto / 2:
+                self.last_nak = idx
+                self.nxt = max(idx, self.una)       # go back N
+                self.last_progress = now
+        else:
+            self.acks += 1
+            if idx + 1 > self.una:
+                self.una = idx + 1
+                self.last_progress = now
+                if self.nxt < self.una:
+                    self.nxt = self.una
+
+    def on_cnp(self, now: float) -> None:
+        if self.rp is not None:
+            self.rp.on_cnp(now)
+
+    # -- the agent's Sender interface
+    def abort(self, reason: str) -> None:
+        self.error = self.error or reason
+        self._finish(time.time())
+
+    def _finish(self, now: float):
+        if not self.done:
+            self.done = True
+            self.send_end = self.send_end or now
+            self.sock.close()
+            self.ep.release()
+        return DONE, None
+
+    def pump(self, now: float):
+        ep = self.ep
+        ep.drain(64)
+        with ep.lock:
+            return self._pump(time.time())
+
+    def _pump(self, now: float):
+        npk = self.npk
+        if npk is not None and self.una >= npk:
+            return self._finish(now)
+        if npk is None and now >= self.deadline:
+            return self._finish(now)
+        if self.hi > self.una and now - self.last_progress > self.rto:
+            self.timeouts += 1
+            self.last_progress = now
+            if self.selective:
+                self.retxq.append(self.una)
+            else:
+                self.nxt = self.una
+        rp = self.rp
+        if rp is not None:
+            rp.advance(now)
+            rate = rp.rate
+        else:
+            rate = self.static_rate
+        if rate:
+            if self.next_t > now:
+                return WAIT_TIME, self.next_t
+            if self.next_t < now - MAX_LAG_S:
+                self.next_t = now - MAX_LAG_S
+        lay, tmpl, sock, data = self.lay, self.tmpl, self.sock, self.data
+        hmv = tmpl.hmv
+        for _ in range(BURST):
+            if self.retxq:
+                idx = self.retxq.popleft()
+                if idx < self.una or idx >= self.hi:
+                    continue
+                from_q = True
+            elif npk is None or self.nxt < npk:
+                idx = self.nxt
+                from_q = False
+            else:
+                break
+            m, j, n_in, off, ln = lay.where(idx)
+            first, last = j == 0, j == n_in - 1
+            op = (w.OP_WRITE_ONLY if last else w.OP_WRITE_FIRST) if first else (
+                w.OP_WRITE_LAST if last else w.OP_WRITE_MIDDLE)
+            reth = (0x10000000 + m * lay.msg, 0x1234, lay.msg_len(m)) if first else None
+            sport = self.sport + idx % self.n_ent if self.n_ent > 1 else self.sport
+            hl, pad = tmpl.build(op, idx, sport, ln, ackreq=last, reth=reth)
+            if self.ce_prob and self.rng.random() < self.ce_prob:
+                tmpl.hdr[1] |= w.CE
+            src = data[off:off + ln] if npk is not None else data[(off % lay.msg):(off % lay.msg) + ln]
+            pd = PADS[pad]
+            crc = tmpl.crc(hl, src, pd)
+            try:
+                sock.sendmsg([hmv[:hl], src, pd, crc], (), 0, (self.dst, 0))
+            except BlockingIOError:
+                if from_q:
+                    self.retxq.appendleft(idx)
+                return WAIT_WRITE, None
+            except OSError as e:
+                if e.errno == errno.ENOBUFS:
+                    if from_q:
+                        self.retxq.appendleft(idx)
+                    return WAIT_WRITE, None
+                self.error = f"send: {e.strerror}"
+                return self._finish(now)
+            finally:
+                tmpl.hdr[1] = tmpl.tos
+            if not from_q:
+                self.nxt = idx + 1
+            if idx < self.hi:
+                self.retrans += 1
+            else:
+                self.hi = idx + 1
+            self.sent += 1
+            wire = hl + ln + pad + w.ICRC_LEN
+            self.bytes += ln
+            if rp is not None:
+                rp.on_bytes(wire, now)
+            if rate:
+                self.next_t += wire * 8 / rate
+                if self.next_t > now:
+                    break
+        else:
+            return READY, None
+        if rate and self.next_t > now:
+            return WAIT_TIME, min(self.next_t, now + POLL_S)
+        return WAIT_TIME, now + POLL_S             # waiting for ACKs (or the RTO)
+
+    def stats(self) -> dict:
+        rp = self.rp
+        return dict(packets_sent=self.sent, bytes_sent=self.bytes, send_start=self.send_start,
+                    send_end=self.send_end, retrans=self.retrans, timeouts=self.timeouts, naks_received=self.naks,
+                    acks_received=self.acks, cnps_received=rp.cnps if rp else 0,
+                    final_rate_bps=rp.rate if rp else None, alpha=rp.alpha if rp else None, error=self.error)
+
+
+class RoceEngine:
+    name = "roce"
+    proto = "rocev2"
+    dport = w.ROCE_PORT
+
+    @staticmethod
+    def sender(flow: dict, job: dict):
+        return Requester(flow, job)
+
+    @staticmethod
+    def receivers(flows: list[dict], job: dict):
+        ep = endpoint()
+        ep.rx_open = True
+        states = []
+        for f in flows:
+            r = Responder(f, ep, job.get("drain_s", 0.3))
+            ep.rsp[rsp_qpn(f["flow_id"])] = r
+            states.append(r)
+        return [ep], states

@@ -1,0 +1,159 @@
+"""RoCEv2 wire format (pure: no sockets): IPv4 / UDP 4791 / BTH [/ RETH | / AETH] / payload / ICRC.
+
+Packets are built whole, IP header included, because the ICRC covers the IPv4 header (identification, addresses,
+lengths) and a kernel-built header (a plain UDP socket) would pick an IP identification we cannot know in advance.
+
+ICRC (IBTA Annex A17, RoCEv2): CRC-32 (the Ethernet/zlib polynomial, init ~0, final ~) over
+    8 bytes of 0xFF (the masked LRH) + IPv4 header + UDP header + BTH + the rest of the packet,
+with the variant fields masked to all ones: IPv4 TOS (DSCP+ECN), TTL and header checksum, UDP checksum and the
+BTH byte after the P_Key (resv8a / FECN, BECN). Stored in the last 4 bytes, least significant byte first (as
+Linux rxe and scapy.contrib.roce do). The UDP checksum is sent as 0 (allowed for IPv4, what RoCE NICs send).
+"""
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+
+ROCE_PORT = 4791
+
+# RC opcodes (transport 000)
+OP_WRITE_FIRST = 0x06
+OP_WRITE_MIDDLE = 0x07
+OP_WRITE_LAST = 0x08
+OP_WRITE_ONLY = 0x0A
+OP_ACK = 0x11
+OP_CNP = 0x81
+RETH_OPS = (OP_WRITE_FIRST, OP_WRITE_ONLY)
+DATA_OPS = (OP_WRITE_FIRST, OP_WRITE_MIDDLE, OP_WRITE_LAST, OP_WRITE_ONLY)
+
+# AETH syndromes
+SYN_ACK = 0x1F              # ACK, credit count 31 = "invalid" (no end-to-end credits)
+SYN_NAK_SEQ = 0x60          # NAK, PSN sequence error
+NAK_MASK = 0xE0
+
+PKEY_DEFAULT = 0xFFFF
+PSN_MASK = 0xFFFFFF
+PSN_HALF = 1 << 23
+
+IP = struct.Struct("!BBHHHBBH4s4s")
+UDP = struct.Struct("!HHHH")
+BTH = struct.Struct("!BBHII")          # opcode, SE|M|pad|tver, P_Key, resv8a|destQP, A|resv7|PSN
+RETH = struct.Struct("!QII")           # virtual address, R_Key, DMA length
+AETH = struct.Struct("!I")             # syndrome << 24 | MSN
+ICRC = struct.Struct("<I")
+IP_LEN, UDP_LEN, BTH_LEN, RETH_LEN, AETH_LEN, ICRC_LEN = 20, 8, 12, 16, 4, 4
+HDR_MAX = IP_LEN + UDP_LEN + BTH_LEN + RETH_LEN
+CNP_PAD = 16                           # CNP: 16 reserved bytes after the BTH
+
+ECT0 = 0x02
+CE = 0x03
+ECN_MASK = 0x03
+DSCP_ROCE = 26                         # a common RoCE DSCP (AF31); TOS = DSCP << 2 | ECN
+TTL = 64
+IB_MTUS = (4096, 2048, 1024, 512, 256)
+
+LRH_SEED = zlib.crc32(b"\xff" * 8)
+
+
+def ib_mtu(packet_size: int) -> int:
+    """The largest IB path MTU whose packets (IP+UDP+BTH+RETH+payload+ICRC) fit in ``packet_size``."""
+    room = packet_size - HDR_MAX - ICRC_LEN
+    for m in IB_MTUS:
+        if m <= room:
+            return m
+    raise ValueError(f"packet_size {packet_size} is too small for a RoCEv2 packet with a 256-byte IB MTU "
+                     f"(needs ≥ {256 + HDR_MAX + ICRC_LEN})")
+
+
+def icrc(packet: bytes | bytearray | memoryview) -> int:
+    """ICRC of a whole IPv4 packet (its last 4 bytes, the ICRC itself, excluded)."""
+    p = bytearray(packet[:IP_LEN + UDP_LEN + BTH_LEN])
+    p[1] = 0xFF                               # TOS
+    p[8] = 0xFF                               # TTL
+    p[10:12] = b"\xff\xff"                    # IP checksum
+    p[26:28] = b"\xff\xff"                    # UDP checksum
+    p[IP_LEN + UDP_LEN + 4] = 0xFF            # BTH resv8a (FECN/BECN)
+    crc = zlib.crc32(p, LRH_SEED)
+    return zlib.crc32(memoryview(packet)[IP_LEN + UDP_LEN + BTH_LEN:len(packet) - ICRC_LEN], crc)
+
+
+def icrc_ok(packet: bytes) -> bool:
+    return ICRC.unpack_from(packet, len(packet) - ICRC_LEN)[0] == icrc(packet)
+
+
+class Template:
+    """A reusable header for one QP direction: the real header and its ICRC-masked twin, updated in place
+    per packet (only lengths, IP id, source port, opcode, pad, PSN and RETH change)."""
+
+    def __init__(self, src: str, dst: str, dqpn: int, tos: int = (DSCP_ROCE << 2) | ECT0, pkey: int = PKEY_DEFAULT):
+        self.hdr = bytearray(HDR_MAX)
+        self.mask = bytearray(HDR_MAX)
+        self.src, self.dst = socket.inet_aton(src), socket.inet_aton(dst)
+        self.tos, self.dqpn, self.pkey = tos, dqpn & PSN_MASK, pkey
+        self.ip_id = 0
+        IP.pack_into(self.hdr, 0, 0x45, tos, 0, 0, 0x4000, TTL, socket.IPPROTO_UDP, 0, self.src, self.dst)
+        IP.pack_into(self.mask, 0, 0x45, 0xFF, 0, 0, 0x4000, 0xFF, socket.IPPROTO_UDP, 0xFFFF, self.src, self.dst)
+        self.hmv = memoryview(self.hdr)
+        self.mmv = memoryview(self.mask)
+
+    def build(self, opcode: int, psn: int, sport: int, payload_len: int, ackreq: bool = False,
+              reth: tuple | None = None, aeth: int | None = None, becn: bool = False) -> tuple[int, int]:
+        """Fill the header for a packet with ``payload_len`` payload bytes (before padding); return
+        (header length, pad bytes). Call :meth:`finish` with the payload to get the ICRC."""
+        pad = -payload_len & 3
+        hl = IP_LEN + UDP_LEN + BTH_LEN + (RETH_LEN if reth is not None else 0) + (AETH_LEN if aeth is not None else 0)
+        total = hl + payload_len + pad + ICRC_LEN
+        self.ip_id = (self.ip_id % 0xFFFF) + 1               # never 0 (the kernel would pick one)
+        h, m = self.hdr, self.mask
+        for b in (h, m):
+            struct.pack_into("!HH", b, 2, total, self.ip_id)
+            struct.pack_into("!HHH", b, 20, sport, ROCE_PORT, total - IP_LEN)
+        h[26:28] = b"\x00\x00"
+        m[26:28] = b"\xff\xff"
+        BTH.pack_into(h, 28, opcode, pad << 4, self.pkey, (0x40 << 24 if becn else 0) | self.dqpn,
+                      (0x80000000 if ackreq else 0) | (psn & PSN_MASK))
+        m[28:40] = h[28:40]
+        m[32] = 0xFF
+        if reth is not None:
+            RETH.pack_into(h, 40, *reth)
+            m[40:56] = h[40:56]
+        elif aeth is not None:
+            AETH.pack_into(h, 40, aeth)
+            m[40:44] = h[40:44]
+        return hl, pad
+
+    def crc(self, hl: int, *payload) -> bytes:
+        c = zlib.crc32(self.mmv[:hl], LRH_SEED)
+        for p in payload:
+            c = zlib.crc32(p, c)
+        return ICRC.pack(c)
+
+    def packet(self, opcode: int, psn: int, sport: int, payload: bytes = b"", **kw) -> bytes:
+        """A whole packet as bytes (slow path: ACK/NAK/CNP and tests)."""
+        hl, pad = self.build(opcode, psn, sport, len(payload), **kw)
+        body = bytes(payload) + bytes(pad)
+        return bytes(self.hdr[:hl]) + body + self.crc(hl, body)
+
+
+def ack_packet(t: Template, psn: int, sport: int, msn: int = 0, nak: bool = False) -> bytes:
+    syn = SYN_NAK_SEQ if nak else SYN_ACK
+    return t.packet(OP_ACK, psn, sport, aeth=(syn << 24) | (msn & PSN_MASK))
+
+
+def cnp_packet(t: Template, sport: int) -> bytes:
+    return t.packet(OP_CNP, 0, sport, payload=bytes(CNP_PAD), becn=True)
+
+
+def parse_bth(buf, off: int = 0) -> tuple[int, int, int, bool, int]:
+    """(opcode, pad, dest QP, ack-request, PSN) of the BTH at ``off`` (UDP payload start)."""
+    op, flags, _pkey, qp, apsn = BTH.unpack_from(buf, off)
+    return op, (flags >> 4) & 3, qp & PSN_MASK, bool(apsn >> 31), apsn & PSN_MASK
+
+
+def unwrap(psn24: int, ref: int) -> int:
+    """Absolute packet index of a 24-bit PSN, the one nearest to ``ref`` (an absolute index)."""
+    d = (psn24 - ref) & PSN_MASK
+    if d >= PSN_HALF:
+        d -= 1 << 24
+    return ref + d
