@@ -84,11 +84,9 @@ class Fabric:
         if taken:
             raise FabricError(f"lab '{self.lab}': namespace {taken[0]} already exists "
                               f"(a lab of that name is running; `testbed down {self.lab}` or `testbed clean`)")
-        netns.create(self.ns.values())
+        socks = netns.create(self.ns.values(), netlink=True)
+        self._socks = {node: socks[name] for node, name in self.ns.items()}
         t = self._phase("namespaces", t)
-        for node, name in self.ns.items():
-            self._socks[node] = netns.netlink_socket(name)
-        t = self._phase("sockets", t)
 
         # veth pairs, created from the end nearer the hosts, peer placed straight into its namespace
         gso = None if spec.offloads else 1

@@ -78,30 +78,40 @@ def _create_one(name: str) -> None:
     _check(_libc.mount(b"/proc/thread-self/ns/net", p.encode(), b"none", MS_BIND, None), f"mount {p}")
 
 
-def _worker(names: list[str], errors: list) -> None:
+def _worker(names: list[str], errors: list, socks: dict | None) -> None:
     # Each call to unshare leaves this thread in the namespace just made; the thread ends there.
     for n in names:
         try:
             _create_one(n)
+            if socks is not None:         # opened here, the socket belongs to the namespace just made
+                socks[n] = _netlink_socket_here()
         except Exception as e:           # noqa: BLE001 — collected and re-raised by create()
             errors.append(e)
             return
 
 
-def create(names: Iterable[str], threads: int = 2) -> None:
-    """Create every named namespace; on any failure remove the ones made and raise."""
+def create(names: Iterable[str], threads: int = 2, netlink: bool = False) -> dict[str, socket.socket]:
+    """Create every named namespace; on any failure remove the ones made and raise.
+
+    With ``netlink=True`` also return a NETLINK_ROUTE socket living in each new namespace (made by the thread
+    that is inside it anyway, which saves a thread per namespace later).
+    """
     names = list(names)
     _prepare_dir()
     errors: list = []
+    socks: dict | None = {} if netlink else None
     chunks = [names[i::threads] for i in range(threads)]
-    workers = [threading.Thread(target=_worker, args=(c, errors)) for c in chunks if c]
+    workers = [threading.Thread(target=_worker, args=(c, errors, socks)) for c in chunks if c]
     for w in workers:
         w.start()
     for w in workers:
         w.join()
     if errors:
+        for sk in (socks or {}).values():
+            sk.close()
         delete(n for n in names if exists(n))
         raise errors[0]
+    return socks or {}
 
 
 def delete(names: Iterable[str]) -> None:
@@ -153,18 +163,24 @@ def run_many(names: Iterable[str], fn: Callable[[str], T], threads: int = 2) -> 
         return list(ex.map(one, names))
 
 
-def netlink_socket(name: str, rcvbuf: int = 4 << 20) -> socket.socket:
+NETLINK_TIMEOUT_S = 30.0
+
+
+def _netlink_socket_here(rcvbuf: int = 4 << 20) -> socket.socket:
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, 33, rcvbuf)     # SO_RCVBUFFORCE
+        s.setsockopt(socket.SOL_SOCKET, 32, rcvbuf)     # SO_SNDBUFFORCE
+    except OSError:
+        pass
+    s.bind((0, 0))
+    s.settimeout(NETLINK_TIMEOUT_S)                     # a kernel that never answers must not hang a run
+    return s
+
+
+def netlink_socket(name: str) -> socket.socket:
     """A NETLINK_ROUTE socket that lives in ``name`` (whatever thread uses it later)."""
-    def make():
-        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
-        try:
-            s.setsockopt(socket.SOL_SOCKET, 33, rcvbuf)     # SO_RCVBUFFORCE
-            s.setsockopt(socket.SOL_SOCKET, 32, rcvbuf)     # SO_SNDBUFFORCE
-        except OSError:
-            pass
-        s.bind((0, 0))
-        return s
-    return run_in(name, make)
+    return run_in(name, _netlink_socket_here)
 
 
 def write_sysctl(name: str, key: str, value) -> None:
