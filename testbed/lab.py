@@ -88,11 +88,14 @@ def reap_stale() -> list[str]:
 
 
 def clean_all() -> tuple[int, int]:
-    """Every namespace and state file this tool ever made, whoever made it."""
-    labs = all_labs()
+    """Every lab and namespace of this tool except those of ``testbed run`` processes still running (they are
+    not leftovers and remove themselves): crashed runs, `up` labs, stray namespaces without a state file."""
+    live = {st["name"] for st in all_labs() if st.get("kind") == "run" and _alive(st.get("pid"))}
+    labs = [st for st in all_labs() if st["name"] not in live]
     for st in labs:
         remove(st["name"])
-    leftovers = netns.list_names()
+    leftovers = [n for n in netns.list_names()
+                 if not any(n.startswith(f"{netns.PREFIX}{name}-") for name in live)]
     netns.delete(leftovers)
     return len(labs), len(leftovers)
 
