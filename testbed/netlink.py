@@ -14,7 +14,7 @@ import struct
 
 from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, NLMSG_ERROR
 from pyroute2.netlink.rtnl import (RTM_NEWADDR, RTM_NEWLINK, RTM_NEWNEIGH, RTM_NEWQDISC, RTM_NEWROUTE,
-                                   RTM_NEWTFILTER, RTM_SETLINK, TC_H_ROOT)
+                                   RTM_NEWTCLASS, RTM_NEWTFILTER, RTM_SETLINK, TC_H_ROOT)
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import IFF_UP, ifinfmsg
 from pyroute2.netlink.rtnl.ndmsg import ndmsg
@@ -35,6 +35,25 @@ _CHUNK = 192 * 1024
 
 class NetlinkError(Exception):
     pass
+
+
+def tbf_options(rate_bps: int, burst: int, limit: int) -> dict:
+    return tc_plugins["tbf"].get_parameters({"rate": f"{rate_bps}bit", "burst": burst, "limit": limit})
+
+
+def tbf_change_message(ifindex: int, handle: int, parent: int, rate_bps: int, burst: int, limit: int,
+                       seq: int = 1) -> bytes:
+    """A pre-encoded `tc qdisc change … tbf` request (with ACK): what the PFC agent sends to pause/resume."""
+    msg = tcmsg()
+    msg["index"] = ifindex
+    msg["handle"] = handle
+    msg["parent"] = parent
+    msg["attrs"] = [("TCA_KIND", "tbf"), ("TCA_OPTIONS", tbf_options(rate_bps, burst, limit))]
+    msg["header"]["type"] = RTM_NEWQDISC
+    msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
+    msg["header"]["sequence_number"] = seq
+    msg.encode()
+    return bytes(msg.data)
 
 
 class Batch:
@@ -123,9 +142,24 @@ class Batch:
         msg["attrs"] = attrs
         self.add(msg, RTM_NEWROUTE, CREATE, f"route {dst} via {gateway}")
 
-    def tbf(self, ifindex: int, rate_bps: int, burst: int, limit: int, what: str) -> None:
-        params = tc_plugins["tbf"].get_parameters({"rate": f"{rate_bps}bit", "burst": burst, "limit": limit})
-        self._qdisc(ifindex, "tbf", 0x10000, TC_H_ROOT, params, what)
+    def tbf(self, ifindex: int, rate_bps: int, burst: int, limit: int, what: str, handle: int = 0x10000,
+            parent: int = TC_H_ROOT) -> None:
+        self._qdisc(ifindex, "tbf", handle, parent, tbf_options(rate_bps, burst, limit), what)
+
+    def htb(self, ifindex: int, default_minor: int, what: str) -> None:
+        params = tc_plugins["htb"].get_parameters({"default": default_minor})
+        self._qdisc(ifindex, "htb", 0x10000, TC_H_ROOT, params, what)
+
+    def htb_class(self, ifindex: int, classid: int, parent: int, rate_bps: int, ceil_bps: int, burst: int,
+                  what: str) -> None:
+        params = tc_plugins["htb"].get_class_parameters({"rate": f"{rate_bps}bit", "ceil": f"{ceil_bps}bit",
+                                                         "burst": burst, "cburst": burst})
+        msg = tcmsg()
+        msg["index"] = ifindex
+        msg["handle"] = classid
+        msg["parent"] = parent
+        msg["attrs"] = [("TCA_KIND", "htb"), ("TCA_OPTIONS", params)]
+        self.add(msg, RTM_NEWTCLASS, CREATE, f"htb class {classid >> 16:x}:{classid & 0xffff:x} on {what}")
 
     def clsact(self, ifindex: int, what: str) -> None:
         self._qdisc(ifindex, "clsact", 0xFFFF0000, TC_H_CLSACT, None, what)

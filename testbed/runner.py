@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from . import __version__, report, telemetry, workloads
+from . import __version__, netns, report, telemetry, workloads
 from .capture import Captures
 from .lab import Lab, reap_stale
 from .scenario import Scenario, to_dict
@@ -41,6 +41,16 @@ def _versions() -> dict:
     return out
 
 
+def set_host_classes(scen: Scenario, flows) -> None:
+    """hosts.pfc: each flow's socket selects its host NIC class (the leaf's DSCP → priority map)."""
+    from .fabric import port_classes
+    if not (scen.hosts.pfc and scen.switch.classes_on):
+        return
+    tc = scen.switch.qos("leaf").traffic_classes
+    for f in flows:
+        f.prio = tc.dscp.get(f.dscp, tc.default)
+
+
 def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         log: Callable[[str], None] = lambda s: None) -> tuple[Path, dict]:
     """Run the scenario; return (result directory, summary row)."""
@@ -60,6 +70,12 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         log(f"fabric up: {len(topo.hosts)} hosts, {len(topo.switches)} switches, {len(topo.links)} links "
             f"({sum(lab.fabric.timings.values()):.2f} s); datapath {scen.switch.load_balancing}")
         flows = workloads.plan(scen.traffic, topo, scen.seed, duration_s)
+        set_host_classes(scen, flows)
+        for w in lab.warnings:
+            log(f"warning: {w}")
+        if scen.traffic.engine == "tcp" and scen.traffic.ecn != "none":
+            for h in topo.hosts:
+                netns.write_sysctl(lab.fabric.ns[h], "net.ipv4.tcp_ecn", 1)
         host_rate = scen.topology.host_link.rate
         packet_size = scen.traffic.packet_size or scen.topology.mtu
         sampler = telemetry.LinkSampler(topo, lab.datapath, scen.telemetry.interval / 1e9)
