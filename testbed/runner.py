@@ -78,7 +78,7 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
                 netns.write_sysctl(lab.fabric.ns[h], "net.ipv4.tcp_ecn", 1)
         host_rate = scen.topology.host_link.rate
         packet_size = scen.traffic.packet_size or scen.topology.mtu
-        sampler = telemetry.LinkSampler(topo, lab.datapath, scen.telemetry.interval / 1e9)
+        sampler = telemetry.LinkSampler(topo, lab.datapath, scen.telemetry.interval / 1e9, lab.fabric)
         captures = Captures(lab.fabric, list(scen.capture), outdir)
         captures.start()
         sampler.start()
@@ -95,6 +95,10 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         drops = lab.datapath.drop_counters()
         timings = dict(lab.fabric.timings)
     ended = time.time()
+    from .datapath.pfc import summarize_reactions
+    qos = {"queue_model_error": sampler.model_error(), "headroom_warnings": lab.warnings,
+           "pfc_agent": summarize_reactions(lab.pfc_results) if lab.pfc_results else None,
+           "pfc_agent_errors": (lab.pfc_results or {}).get("errors", [])}
 
     flow_rows = []
     for f, r in zip(flows, results):
@@ -108,10 +112,11 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         "start_time": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
         "end_time": dt.datetime.fromtimestamp(ended, dt.timezone.utc).isoformat(),
         "lab": lab_name, "build_timings_s": timings, "datapath_drops": drops, "pcap": pcaps,
-        "hostname": platform.node(), "cpus": os.cpu_count(),
+        "hostname": platform.node(), "cpus": os.cpu_count(), "qos": qos,
     }
     meta = {"run_id": run_id, "scenario": scen.name, "load_balancing": scen.switch.load_balancing,
             "seed": scen.seed, "duration_s": duration_s,
-            "offered_mbps": workloads.offered_mbps(flows, host_rate, duration_s)}
+            "offered_mbps": workloads.offered_mbps(flows, host_rate, duration_s),
+            "queue_model_error": qos["queue_model_error"]["mean"]}
     row = report.write_run(outdir, manifest, sampler.rows, flow_rows, sampler.cpu.result(), meta)
     return outdir, row

@@ -50,11 +50,64 @@ class CpuGuard:
                 "cpu_samples": len(s)}
 
 
-class LinkSampler:
-    """Background thread: counters every ``interval_s`` → rows for links.csv."""
+RTM_GETQDISC, RTM_NEWQDISC = 38, 36
+NLM_F_REQUEST, NLM_F_DUMP = 1, 0x300
+TCA_STATS2, TCA_STATS_QUEUE = 7, 3
+TC_H_ROOT = 0xFFFFFFFF
 
-    def __init__(self, topo: Topology, datapath, interval_s: float):
+
+def root_qdisc_stats(sock) -> dict[int, tuple[int, int, int]]:
+    """ifindex → (qlen, backlog bytes, drops) of every root qdisc in the socket's namespace (one raw dump)."""
+    import struct
+    sock.send(struct.pack("IHHII", 36, RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + bytes(20))
+    out: dict[int, tuple[int, int, int]] = {}
+    while True:
+        data = sock.recv(1 << 20)
+        off = 0
+        while off + 16 <= len(data):
+            length, mtype = struct.unpack_from("IH", data, off)
+            if mtype == 3 or mtype == 2:          # NLMSG_DONE / NLMSG_ERROR
+                return out
+            if mtype == RTM_NEWQDISC:
+                ifindex, _handle, parent = struct.unpack_from("iII", data, off + 20)
+                if parent == TC_H_ROOT:
+                    a = off + 36
+                    while a + 4 <= off + length:
+                        alen, atype = struct.unpack_from("HH", data, a)
+                        if alen < 4:
+                            break
+                        if atype & 0x7FFF == TCA_STATS2:
+                            b = a + 4
+                            while b + 4 <= a + alen:
+                                blen, btype = struct.unpack_from("HH", data, b)
+                                if blen < 4:
+                                    break
+                                if btype == TCA_STATS_QUEUE:
+                                    qlen, backlog, drops = struct.unpack_from("III", data, b + 4)
+                                    out[ifindex] = (qlen, backlog, drops)
+                                b += (blen + 3) & ~3
+                        a += (alen + 3) & ~3
+            off += (length + 3) & ~3
+
+
+class LinkSampler:
+    """Background thread: counters every ``interval_s`` → rows for links.csv.
+
+    Besides bytes and packets, every row carries the congestion columns (see results/README.md): on the ``tx``
+    row of a port (its egress) the queue depth arriving packets saw (max, mean), ECN marks, tail drops, PFC
+    frames received and time paused, and — when ``fabric`` is given — the qdisc's real backlog from netlink next
+    to the queue model's depth at the same instant; on the ``rx`` row (its ingress) the pause frames the port
+    sent upstream and the ingress drops."""
+
+    def __init__(self, topo: Topology, datapath, interval_s: float, fabric=None):
         self.topo, self.dp, self.interval = topo, datapath, interval_s
+        self.fabric = fabric
+        self._nl = {}
+        if fabric is not None:
+            from . import netns
+            for sw in topo.switches:
+                self._nl[sw] = netns.netlink_socket(fabric.ns[sw], rcvbuf=1 << 20)
+        self.model_samples: list[tuple[int, int]] = []     # (model bytes, real backlog bytes)
         self.rows: list[dict] = []
         self.cpu = CpuGuard()
         self._ports = [p for sw in topo.switches for p in topo.ports[sw]]
@@ -64,8 +117,24 @@ class LinkSampler:
         self._last = None
         self._last_t = 0.0
 
+    def _queues(self):
+        q = self.dp.queue_counters() if hasattr(self.dp, "queue_counters") else {}
+        p = self.dp.pfc_counters() if hasattr(self.dp, "pfc_counters") else {}
+        return q, p
+
+    def _backlogs(self) -> dict[int, tuple[int, int, int]]:
+        out = {}
+        for sock in self._nl.values():
+            try:
+                out.update(root_qdisc_stats(sock))
+            except OSError:
+                pass
+        return out
+
     def start(self, t0: float | None = None) -> None:
         self._t0 = time.time() if t0 is None else t0
+        self._lastq = self._queues()
+        self._last_backlog = self._backlogs()
         self._last = self.dp.port_counters()
         self._last_t = time.time()
         self.cpu.sample()
@@ -77,6 +146,9 @@ class LinkSampler:
         if self._thread.is_alive():
             self._thread.join()
         self._sample()
+        for s in self._nl.values():
+            s.close()
+        self._nl.clear()
 
     def _loop(self) -> None:
         nxt = time.time() + self.interval
@@ -87,6 +159,10 @@ class LinkSampler:
                 nxt = time.time() + self.interval
 
     def _sample(self) -> None:
+        backlog = self._backlogs()
+        model = {p.ifindex: self.dp.queue_depth(p.ifindex) for p in self._ports} \
+            if backlog and hasattr(self.dp, "queue_depth") else {}
+        nowq = self._queues()
         now_counters = self.dp.port_counters()
         now = time.time()
         self.cpu.sample()
@@ -95,17 +171,65 @@ class LinkSampler:
             return
         t_rel = round(now - self._t0, 6)
         last = self._last
+        (q1, pf1), (q0, pf0) = nowq, self._lastq
         for p in self._ports:
             c, c0 = now_counters.get(p.ifindex), last.get(p.ifindex)
             if c is None or c0 is None:
                 continue
+            eg = _port_delta(p.ifindex, q1, q0, pf1, pf0)
             for direction, b, pk in (("tx", c.tx_bytes - c0.tx_bytes, c.tx_packets - c0.tx_packets),
                                      ("rx", c.rx_bytes - c0.rx_bytes, c.rx_packets - c0.rx_packets)):
-                self.rows.append({"time_s": t_rel, "switch": p.node, "port": p.ifname, "peer": p.peer_node,
-                                  "bytes": b, "packets": pk, "direction": direction, "role": p.role,
-                                  "rate_bps": p.rate_bps, "interval_s": round(dt, 6),
-                                  "drops": (c.drops - c0.drops) if direction == "rx" else 0})
-        self._last, self._last_t = now_counters, now
+                tx = direction == "tx"
+                row = {"time_s": t_rel, "switch": p.node, "port": p.ifname, "peer": p.peer_node,
+                       "bytes": b, "packets": pk, "direction": direction, "role": p.role,
+                       "rate_bps": p.rate_bps, "interval_s": round(dt, 6),
+                       "drops": eg["drops"] if tx else (c.drops - c0.drops),
+                       "queue_bytes_max": eg["qmax"] if tx else 0,
+                       "queue_bytes_mean": round(eg["qmean"], 1) if tx else 0.0,
+                       "ecn_marks": eg["ecn"] if tx else 0,
+                       "pause_tx": 0 if tx else eg["pause_tx"],
+                       "pause_rx": eg["pause_rx"] if tx else 0,
+                       "paused_s": round(eg["paused_s"], 6) if tx else 0.0}
+                if tx and p.ifindex in backlog:
+                    real = backlog[p.ifindex][1]
+                    row["queue_model_bytes"] = model.get(p.ifindex, 0)
+                    row["backlog_bytes"] = real
+                    row["qdisc_drops"] = backlog[p.ifindex][2] - self._last_backlog.get(p.ifindex, (0, 0, 0))[2]
+                    self.model_samples.append((model.get(p.ifindex, 0), real))
+                self.rows.append(row)
+        self._last, self._last_t, self._lastq = now_counters, now, nowq
+        if backlog:
+            self._last_backlog = backlog
+
+    def model_error(self, min_backlog: int = 8192) -> dict:
+        """Queue model vs the qdisc's real backlog over samples with a real queue: mean/p90/max relative error."""
+        errs = sorted(abs(m - r) / r for m, r in self.model_samples if r >= min_backlog)
+        if not errs:
+            return {"samples": 0, "mean": None, "p90": None, "max": None}
+        return {"samples": len(errs), "mean": sum(errs) / len(errs), "p90": errs[int(0.9 * (len(errs) - 1))],
+                "max": errs[-1]}
+
+
+def _port_delta(ifx: int, q1: dict, q0: dict, pf1: dict, pf0: dict) -> dict:
+    """Congestion counters of one port over an interval, summed over its priorities."""
+    out = {"drops": 0, "ecn": 0, "qmax": 0, "qmean": 0.0, "pause_rx": 0, "pause_tx": 0, "paused_s": 0.0}
+    pk = ds = 0
+    for (i, prio), c in q1.items():
+        if i != ifx:
+            continue
+        c0 = q0.get((i, prio))
+        out["drops"] += c.drops - (c0.drops if c0 else 0)
+        out["ecn"] += c.ecn_marks - (c0.ecn_marks if c0 else 0)
+        out["pause_rx"] += c.pause_rx - (c0.pause_rx if c0 else 0)
+        out["qmax"] = max(out["qmax"], c.depth_max)
+        pk += c.packets - (c0.packets if c0 else 0)
+        ds += c.depth_sum - (c0.depth_sum if c0 else 0)
+        f1, f0 = pf1.get((i, prio)), pf0.get((i, prio))
+        if f1:
+            out["pause_tx"] += f1[0] - (f0[0] if f0 else 0)
+            out["paused_s"] += (f1[1] - (f0[1] if f0 else 0)) / 1e9
+    out["qmean"] = ds / pk if pk else 0.0
+    return out
 
 
 def paths_used(topo: Topology, flow_paths, flows) -> dict[int, int]:

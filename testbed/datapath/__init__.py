@@ -265,6 +265,21 @@ class Datapath:
             mt.clear()
         return out
 
+    def pfc_counters(self, ports=None) -> dict[tuple[int, int], tuple[int, int]]:
+        """(ifindex, priority) → (PFC frames sent out of the port, ns its egress was paused, including an
+        ongoing pause), from the agent's map."""
+        self._need()
+        st, pa = self._bpf[b"pfc_stats"], self._bpf[b"egress_paused"]
+        now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        out = {}
+        for ifx in (ports if ports is not None else self._all_ports):
+            for prio in self.priorities():
+                k = ifx * N_PRIO + prio
+                v = st[st.Key(k)]
+                since = pa[pa.Key(k)].value
+                out[(ifx, prio)] = (int(v.pause_tx), int(v.paused_ns) + (now - since if 0 < since < now else 0))
+        return out
+
     def queue_depth(self, ifindex: int, prio: int | None = None) -> int:
         """The model's depth of a port's queue (one priority, or all) now, in bytes."""
         self._need()
@@ -391,7 +406,7 @@ class Datapath:
     def reset_counters(self) -> None:
         """Zero port and drop counters (e.g. between phases of a run)."""
         self._need()
-        for name in ("port_stats", "drop_reasons", "queue_stats", "queue_max"):
+        for name in ("port_stats", "drop_reasons", "queue_stats", "queue_max", "pfc_stats"):
             self._bpf[name.encode()].clear()      # arrays: clear() zeroes every element
 
     def close(self) -> None:
