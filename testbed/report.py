@@ -268,7 +268,9 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
         row[k] = float(v) if v is not None else math.nan
     def col_sum(c):
         return _num(pd.to_numeric(links_df[c], errors="coerce").fillna(0).sum()) if c in links_df.columns else 0
-    row["drops"] = col_sum("drops")
+    tx_rows = links_df[links_df["direction"] == "tx"] if "direction" in links_df.columns else links_df.iloc[:0]
+    row["drops"] = (_num(pd.to_numeric(tx_rows["drops"], errors="coerce").fillna(0).sum())
+                    if "drops" in tx_rows.columns else 0) + col_sum("qdisc_drops")
     row["ecn_marks"] = col_sum("ecn_marks")
     row["pause_frames"] = col_sum("pause_tx")
     row["paused_s_total"] = float(col_sum("paused_s"))

@@ -122,13 +122,20 @@ class LinkSampler:
         p = self.dp.pfc_counters() if hasattr(self.dp, "pfc_counters") else {}
         return q, p
 
-    def _backlogs(self) -> dict[int, tuple[int, int, int]]:
+    def _backlogs(self, model: dict | None = None) -> dict[int, tuple[int, int, int]]:
+        """Real backlogs of every switch port; with ``model``, the queue model's depth of each port is read
+        right after its switch's dump, so the two describe (nearly) the same instant."""
         out = {}
-        for sock in self._nl.values():
+        for sw, sock in self._nl.items():
             try:
-                out.update(root_qdisc_stats(sock))
+                got = root_qdisc_stats(sock)
             except OSError:
-                pass
+                continue
+            if model is not None and hasattr(self.dp, "queue_depth"):
+                for p in self.topo.ports[sw]:
+                    if p.ifindex in got:
+                        model[p.ifindex] = self.dp.queue_depth(p.ifindex)
+            out.update(got)
         return out
 
     def start(self, t0: float | None = None) -> None:
@@ -159,9 +166,8 @@ class LinkSampler:
                 nxt = time.time() + self.interval
 
     def _sample(self) -> None:
-        backlog = self._backlogs()
-        model = {p.ifindex: self.dp.queue_depth(p.ifindex) for p in self._ports} \
-            if backlog and hasattr(self.dp, "queue_depth") else {}
+        model: dict[int, int] = {}
+        backlog = self._backlogs(model)
         nowq = self._queues()
         now_counters = self.dp.port_counters()
         now = time.time()
