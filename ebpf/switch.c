@@ -16,6 +16,7 @@
 #include "lib/lb.h"
 #include "lib/counters.h"
 #include "lib/rewrite.h"
+#include "lib/qos.h"
 
 int ftb_switch_ingress(struct __sk_buff *skb)
 {
@@ -32,6 +33,9 @@ int ftb_switch_ingress(struct __sk_buff *skb)
 	count_rx(in, skb->len);
 
 	ensure_headers(skb);
+	reason = qos_control_rx(skb, in);
+	if (reason >= 0)
+		return reason;
 	reason = parse_ipv4(skb, &p);
 	if (reason >= 0)
 		return drop(in, reason);
@@ -55,6 +59,8 @@ int ftb_switch_ingress(struct __sk_buff *skb)
 
 	if (forward_rewrite(skb, egress) < 0)
 		return drop(in, DROP_MALFORMED);
+	if (qos_egress(skb, ingress->switch_id, in, out, p.tos) < 0)
+		return TC_ACT_SHOT;        /* tail drop: counted per (egress port, priority) in queue_stats */
 	count_tx(out, skb->len);
 	return bpf_redirect(out, 0);
 }
@@ -71,4 +77,11 @@ int ftb_switch_ingress(struct __sk_buff *skb)
 int ftb_nic_release(struct xdp_md *ctx)
 {
 	return XDP_PASS;
+}
+
+/* Host NICs that obey PFC (hosts.pfc): pause frames from the leaf go to the agent; everything else passes. */
+int ftb_host_ingress(struct __sk_buff *skb)
+{
+	int verdict = qos_control_rx(skb, skb->ifindex);
+	return verdict >= 0 ? verdict : TC_ACT_OK;
 }

@@ -18,6 +18,8 @@ from . import netns
 from .netlink import Batch, NetlinkError, dump_root_qdisc_stats
 from .topology import Topology
 
+HTB_CLASS_BASE = 0x10
+
 SIOCETHTOOL = 0x8946
 # legacy ethtool set commands: TSO, GSO, GRO, SG (no SG also drops every segmentation offload)
 _ETHTOOL_OFF = (0x1f, 0x24, 0x2c, 0x19)
@@ -54,9 +56,33 @@ def _offloads_off(ifnames: list[str]) -> None:
         s.close()
 
 
+def port_classes(scen, port) -> list[int] | None:
+    """The priorities that get an HTB class on ``port`` (None: a plain TBF root). Switch ports get classes when
+    the scenario uses traffic classes or PFC; host NICs only when they obey PFC (hosts.pfc)."""
+    if scen is None or not scen.switch.classes_on:
+        return None
+    if port.role == "nic":
+        if not scen.hosts.pfc:
+            return None
+        return scen.switch.qos("leaf").priorities()
+    return sorted({p for t in ("leaf", "spine") for p in scen.switch.qos(t).priorities()})
+
+
+def class_limit(scen, port, prio: int) -> int:
+    """Byte limit of the TBF leaf of one priority: the port buffer; lossless queues (and lossy ones, whose
+    buffer the switch program enforces) get room above it so that the qdisc itself never drops first."""
+    if port.role == "nic":
+        return port.buffer_bytes
+    q = scen.switch.qos(port.node.rstrip("0123456789"))
+    buf = q.buffer if q.buffer is not None else port.buffer_bytes
+    if prio in q.traffic_classes.lossless:
+        return 4 * buf
+    return buf + 64 * 1024
+
+
 class Fabric:
-    def __init__(self, topo: Topology, lab: str):
-        self.topo, self.lab = topo, lab
+    def __init__(self, topo: Topology, lab: str, scen=None):
+        self.topo, self.lab, self.scen = topo, lab, scen
         self.ns = {node: ns_name(lab, node) for node in topo.nodes}
         self._socks: dict[str, socket.socket] = {}
         self.timings: dict[str, float] = {}
@@ -111,7 +137,7 @@ class Fabric:
             bt.link_up(1, "lo")
             for p in ports:
                 bt.link_up(p.ifindex, p.ifname)
-                bt.tbf(p.ifindex, p.rate_bps, tbf_burst(p.rate_bps, spec.mtu), p.buffer_bytes, p.ifname)
+                self._shaper(bt, p)
                 if p.address:
                     bt.address(p.ifindex, p.address, 32)
         for r in topo.routes:
@@ -125,6 +151,38 @@ class Fabric:
             hosts = {h: [p.ifname for p in topo.ports[h]] for h in topo.hosts}
             netns.run_many([self.ns[h] for h in hosts], lambda n: _offloads_off(hosts[n.rsplit("-", 1)[1]]))
         self._phase("offloads", t)
+
+    def _shaper(self, bt: Batch, p) -> None:
+        """The port's serialiser: TBF at the link rate, or HTB with one class per priority and a TBF leaf under
+        each (the PFC agent pauses a priority by changing its TBF to a tiny rate, DESIGN §4)."""
+        burst = tbf_burst(p.rate_bps, self.topo.spec.mtu)
+        prios = port_classes(self.scen, p)
+        if prios is None:
+            limit = p.buffer_bytes
+            if p.role != "nic" and self.scen is not None:
+                limit = class_limit(self.scen, p, -1)    # the switch program tail-drops at the buffer
+            bt.tbf(p.ifindex, p.rate_bps, burst, limit, p.ifname)
+            return
+        default = self.scen.switch.qos("leaf" if p.role == "nic" else p.node.rstrip("0123456789")) \
+            .traffic_classes.default
+        bt.htb(p.ifindex, HTB_CLASS_BASE + default, p.ifname)
+        bt.htb_class(p.ifindex, 0x10001, 0x10000, p.rate_bps, p.rate_bps, burst, p.ifname)
+        for prio in prios:
+            minor = HTB_CLASS_BASE + prio
+            bt.htb_class(p.ifindex, 0x10000 | minor, 0x10001, max(8000, p.rate_bps // len(prios)), p.rate_bps,
+                         burst, p.ifname)
+            bt.tbf(p.ifindex, p.rate_bps, burst, class_limit(self.scen, p, prio), p.ifname,
+                   handle=minor << 16, parent=0x10000 | minor)
+
+    def attach_host_ingress(self, prog_fd: int, prog_name: str) -> None:
+        """hosts.pfc: the pause-frame receiver on clsact ingress of every host NIC."""
+        batches = {}
+        for h in self.topo.hosts:
+            b = batches[h] = Batch(self._socks[h], self.ns[h])
+            for p in self.topo.ports[h]:
+                b.clsact(p.ifindex, p.ifname)
+                b.bpf_filter(p.ifindex, prog_fd, prog_name, True, p.ifname)
+        self._commit(batches)
 
     def _commit(self, batches: dict[str, Batch]) -> None:
         for b in batches.values():

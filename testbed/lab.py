@@ -106,8 +106,12 @@ class Lab:
     def __init__(self, scen: Scenario, name: str, kind: str = "run", keep: bool = False, source: str = ""):
         self.scen, self.name, self.kind, self.keep, self.source = scen, check_name(name), kind, keep, source
         self.topo = topology.build(scen.topology)
-        self.fabric = Fabric(self.topo, name)
+        self.fabric = Fabric(self.topo, name, scen)
         self.datapath = None
+        self.pfc = None                        # the PFC agent (datapath/pfc.py) when a tier has PFC on
+        self.pfc_results: dict = {}
+        from .datapath.pfc import headroom_warnings
+        self.warnings = headroom_warnings(scen, self.topo)
 
     def __enter__(self) -> "Lab":
         LABS_DIR.mkdir(parents=True, exist_ok=True)
@@ -131,6 +135,14 @@ class Lab:
             self.datapath = Datapath(self.topo, self.scen.switch).load()
             self.fabric.attach_ingress(self.datapath.ingress_fd, self.datapath.ingress_name)
             self.fabric.attach_nic_release(self.datapath.nic_release_fd)
+            sw = self.scen.switch
+            pfc_on = any(sw.qos(t).pfc.enabled and sw.qos(t).traffic_classes.lossless for t in ("leaf", "spine"))
+            if pfc_on and self.scen.hosts.pfc:
+                self.fabric.attach_host_ingress(self.datapath.host_ingress_fd, "ftb_host_ingress")
+            if pfc_on:
+                from .datapath.pfc import PfcAgent
+                self.pfc = PfcAgent(self.datapath, self.fabric, self.scen)
+                self.pfc.start()
         except BaseException:
             self.close(force=True)
             raise
@@ -142,6 +154,12 @@ class Lab:
     def close(self, force: bool = False) -> None:
         if self.keep and not force:
             return
+        try:
+            if self.pfc is not None:
+                self.pfc_results = self.pfc.stop()
+                self.pfc = None
+        except Exception:                      # noqa: BLE001 — teardown must happen anyway
+            pass
         try:
             self.fabric.teardown()
         finally:

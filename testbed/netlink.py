@@ -15,7 +15,7 @@ import struct
 from pyroute2.netlink import (NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST, NLMSG_DONE,
                               NLMSG_ERROR)
 from pyroute2.netlink.rtnl import (RTM_GETQDISC, RTM_NEWADDR, RTM_NEWLINK, RTM_NEWNEIGH, RTM_NEWQDISC,
-                                   RTM_NEWROUTE, RTM_NEWTFILTER, RTM_SETLINK, TC_H_ROOT)
+                                   RTM_NEWROUTE, RTM_NEWTCLASS, RTM_NEWTFILTER, RTM_SETLINK, TC_H_ROOT)
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import IFF_UP, ifinfmsg
 from pyroute2.netlink.rtnl.ndmsg import ndmsg
@@ -73,6 +73,25 @@ def dump_root_qdisc_stats(sock: socket.socket) -> dict[int, QdiscStats]:
                             out[ifindex] = (b, pk, dr, ql, bl)
                         a += (alen + 3) & ~3
             off += (length + 3) & ~3
+
+
+def tbf_options(rate_bps: int, burst: int, limit: int) -> dict:
+    return tc_plugins["tbf"].get_parameters({"rate": f"{rate_bps}bit", "burst": burst, "limit": limit})
+
+
+def tbf_change_message(ifindex: int, handle: int, parent: int, rate_bps: int, burst: int, limit: int,
+                       seq: int = 1) -> bytes:
+    """A pre-encoded `tc qdisc change … tbf` request (with ACK): what the PFC agent sends to pause/resume."""
+    msg = tcmsg()
+    msg["index"] = ifindex
+    msg["handle"] = handle
+    msg["parent"] = parent
+    msg["attrs"] = [("TCA_KIND", "tbf"), ("TCA_OPTIONS", tbf_options(rate_bps, burst, limit))]
+    msg["header"]["type"] = RTM_NEWQDISC
+    msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
+    msg["header"]["sequence_number"] = seq
+    msg.encode()
+    return bytes(msg.data)
 
 
 class Batch:
@@ -174,20 +193,35 @@ class Batch:
         msg["attrs"] = attrs
         self.add(msg, RTM_NEWROUTE, CREATE, f"route {dst} via {gateway}")
 
-    def tbf(self, ifindex: int, rate_bps: int, burst: int, limit: int, what: str) -> None:
+    def tbf(self, ifindex: int, rate_bps: int, burst: int, limit: int, what: str, handle: int = 0x10000,
+            parent: int = TC_H_ROOT) -> None:
         # pyroute2 builds a 1 KB rate table per TBF request (~200 µs): encode once per shape, patch the ifindex
-        key = (rate_bps, burst, limit)
+        key = (rate_bps, burst, limit, handle, parent)
         data = _TBF_CACHE.get(key)
         if data is None:
-            params = tc_plugins["tbf"].get_parameters({"rate": f"{rate_bps}bit", "burst": burst, "limit": limit})
             msg = tcmsg()
-            msg["handle"], msg["parent"] = 0x10000, TC_H_ROOT
-            msg["attrs"] = [("TCA_KIND", "tbf"), ("TCA_OPTIONS", params)]
+            msg["handle"], msg["parent"] = handle, parent
+            msg["attrs"] = [("TCA_KIND", "tbf"), ("TCA_OPTIONS", tbf_options(rate_bps, burst, limit))]
             msg["header"]["type"] = RTM_NEWQDISC
             msg["header"]["flags"] = NLM_F_REQUEST | CREATE
             msg.encode()
             data = _TBF_CACHE[key] = bytes(msg.data)
         self.add_encoded(data, f"tbf qdisc on {what}", ifindex_at=_TCMSG_IFINDEX, ifindex=ifindex)
+
+    def htb(self, ifindex: int, default_minor: int, what: str) -> None:
+        params = tc_plugins["htb"].get_parameters({"default": default_minor})
+        self._qdisc(ifindex, "htb", 0x10000, TC_H_ROOT, params, what)
+
+    def htb_class(self, ifindex: int, classid: int, parent: int, rate_bps: int, ceil_bps: int, burst: int,
+                  what: str) -> None:
+        params = tc_plugins["htb"].get_class_parameters({"rate": f"{rate_bps}bit", "ceil": f"{ceil_bps}bit",
+                                                         "burst": burst, "cburst": burst})
+        msg = tcmsg()
+        msg["index"] = ifindex
+        msg["handle"] = classid
+        msg["parent"] = parent
+        msg["attrs"] = [("TCA_KIND", "htb"), ("TCA_OPTIONS", params)]
+        self.add(msg, RTM_NEWTCLASS, CREATE, f"htb class {classid >> 16:x}:{classid & 0xffff:x} on {what}")
 
     def clsact(self, ifindex: int, what: str) -> None:
         self._qdisc(ifindex, "clsact", 0xFFFF0000, TC_H_CLSACT, None, what)

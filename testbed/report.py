@@ -53,6 +53,9 @@ class ReportError(Exception):
 #: links.csv: these first, in this order; then LINK_KNOWN_EXTRA, then any other key seen, in first-seen order.
 LINK_COLUMNS = ["time_s", "switch", "port", "peer", "bytes", "packets", "util"]
 LINK_KNOWN_EXTRA = ["direction", "role", "rate_bps", "interval_s"]
+#: links.csv congestion columns (issue 3), kept in this order after LINK_KNOWN_EXTRA when present.
+LINK_QOS_COLUMNS = ["queue_bytes_max", "queue_bytes_mean", "ecn_marks", "drops", "pause_tx", "pause_rx",
+                    "paused_s"]
 #: flows.csv: these first, in this order; then any other key seen, in first-seen order.
 FLOW_COLUMNS = ["flow_id", "src", "dst", "sport", "dport", "proto", "bytes", "start_s", "end_s", "fct_s",
                 "goodput_mbps", "paths_used"]
@@ -63,7 +66,8 @@ SUMMARY_COLUMNS = ["run_id", "scenario", "load_balancing", "seed", "duration_s",
 #: summary.csv: always present after SUMMARY_COLUMNS, in this order; extra scalar meta keys follow.
 SUMMARY_EXTRA_COLUMNS = ["flows", "flows_completed", "fct_mean_ms", "fct_max_ms", "lost_packets", "uplinks",
                          "uplink_tx_bytes", "cpu_busy_mean", "cpu_busy_max",
-                         "jct_mean_ms", "jct_p99_ms", "retransmits", "ooo_packets", "cnps"]
+                         "jct_mean_ms", "jct_p99_ms", "retransmits", "ooo_packets", "cnps",
+                         "drops", "ecn_marks", "pause_frames", "paused_s_total", "queue_p99_bytes"]
 #: collectives.csv (runs with collective jobs): one row per job iteration.
 COLLECTIVE_COLUMNS = ["job", "iteration", "op", "bytes", "start_s", "end_s", "jct_ms"]
 
@@ -192,7 +196,8 @@ def links_frame(links: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFra
     df = _with_columns(df, [c for c in LINK_COLUMNS + LINK_KNOWN_EXTRA if c != "util"], "links")
     df = _coerce(df, _LINK_NUMERIC)
     df["util"] = _compute_util(df) if len(df) else pd.Series(dtype=float)
-    return _ordered(df, LINK_COLUMNS + LINK_KNOWN_EXTRA)
+    _coerce(df, [c for c in LINK_QOS_COLUMNS if c in df.columns])
+    return _ordered(df, LINK_COLUMNS + LINK_KNOWN_EXTRA + [c for c in LINK_QOS_COLUMNS if c in df.columns])
 
 
 def flows_frame(flows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
@@ -285,6 +290,20 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     row["retransmits"] = _col_sum(flows_df, "retrans")
     row["ooo_packets"] = _col_sum(flows_df, "reordered")
     row["cnps"] = _col_sum(flows_df, "cnps")
+    def col_sum(c):
+        return _num(pd.to_numeric(links_df[c], errors="coerce").fillna(0).sum()) if c in links_df.columns else 0
+    tx_rows = links_df[links_df["direction"] == "tx"] if "direction" in links_df.columns else links_df.iloc[:0]
+    row["drops"] = (_num(pd.to_numeric(tx_rows["drops"], errors="coerce").fillna(0).sum())
+                    if "drops" in tx_rows.columns else 0) + col_sum("qdisc_drops")
+    row["ecn_marks"] = col_sum("ecn_marks")
+    row["pause_frames"] = col_sum("pause_tx")
+    row["paused_s_total"] = float(col_sum("paused_s"))
+    if "queue_bytes_max" in links_df.columns and len(links_df):
+        q = pd.to_numeric(links_df.loc[links_df["direction"] == "tx", "queue_bytes_max"], errors="coerce").dropna()
+        q = q[q > 0]
+        row["queue_p99_bytes"] = float(q.quantile(0.99)) if len(q) else 0.0
+    else:
+        row["queue_p99_bytes"] = math.nan
     for k, v in meta.items():  # extra scalar metadata (e.g. topology name) after the contract columns
         if k not in row and (v is None or isinstance(v, (str, int, float, bool, np.generic))):
             row[k] = _num(v)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from . import __version__, report, telemetry, workloads
+from . import __version__, netns, report, telemetry, workloads
 from .capture import Captures
 from .lab import Lab, reap_stale
 from .scenario import Scenario, to_dict
@@ -41,6 +41,16 @@ def _versions() -> dict:
     return out
 
 
+def set_host_classes(scen: Scenario, flows) -> None:
+    """hosts.pfc: each flow's socket selects its host NIC class (the leaf's DSCP → priority map)."""
+    from .fabric import port_classes
+    if not (scen.hosts.pfc and scen.switch.classes_on):
+        return
+    tc = scen.switch.qos("leaf").traffic_classes
+    for f in flows:
+        f.prio = tc.dscp.get(f.dscp, tc.default)
+
+
 def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         log: Callable[[str], None] = lambda s: None) -> tuple[Path, dict]:
     """Run the scenario; return (result directory, summary row)."""
@@ -64,6 +74,12 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
             f"({sum(lab.fabric.timings.values()):.2f} s); datapath {scen.switch.load_balancing}")
         coll_rows = None
         flows = ([] if scen.traffic.collective else workloads.plan(scen.traffic, topo, scen.seed, duration_s))
+        set_host_classes(scen, flows)
+        for w in lab.warnings:
+            log(f"warning: {w}")
+        if scen.traffic.engine == "tcp" and scen.traffic.ecn != "none":
+            for h in topo.hosts:
+                netns.write_sysctl(lab.fabric.ns[h], "net.ipv4.tcp_ecn", 1)
         host_rate = scen.topology.host_link.rate
         packet_size = scen.traffic.packet_size or scen.topology.mtu
         sampler = telemetry.LinkSampler(topo, lab.datapath, scen.telemetry.interval / 1e9, lab.fabric)
@@ -93,6 +109,10 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         drops = lab.datapath.drop_counters()
         timings = dict(lab.fabric.timings)
     ended = time.time()
+    from .datapath.pfc import summarize_reactions
+    qos = {"queue_model_error": sampler.model_error(), "headroom_warnings": lab.warnings,
+           "pfc_agent": summarize_reactions(lab.pfc_results) if lab.pfc_results else None,
+           "pfc_agent_errors": (lab.pfc_results or {}).get("errors", [])}
 
     flow_rows = []
     for f, r in zip(flows, results):
@@ -109,11 +129,12 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         "start_time": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
         "end_time": dt.datetime.fromtimestamp(ended, dt.timezone.utc).isoformat(),
         "lab": lab_name, "build_timings_s": timings, "datapath_drops": drops, "pcap": pcaps,
-        "hostname": platform.node(), "cpus": os.cpu_count(),
+        "hostname": platform.node(), "cpus": os.cpu_count(), "qos": qos,
     }
     meta = {"run_id": run_id, "scenario": scen.name, "load_balancing": scen.switch.load_balancing,
             "seed": scen.seed, "duration_s": duration_s,
-            "offered_mbps": workloads.offered_mbps(flows, host_rate, duration_s)}
+            "offered_mbps": workloads.offered_mbps(flows, host_rate, duration_s),
+            "queue_model_error": qos["queue_model_error"]["mean"]}
     row = report.write_run(outdir, manifest, sampler.rows, flow_rows, sampler.cpu.result(), meta,
                            collectives=coll_rows)
     return outdir, row

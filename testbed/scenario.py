@@ -71,11 +71,100 @@ class TopologySpec(Strict):
         return self.leaves * self.hosts_per_leaf
 
 
+Priority = Annotated[int, Field(ge=0, le=7)]
+
+
+class TrafficClassSpec(Strict):
+    """DSCP → priority (0..7) and which priorities are lossless (PFC protects them; they are never tail-dropped
+    by the switch program). DSCPs not listed map to ``default``."""
+    dscp: dict[Annotated[int, Field(ge=0, le=63)], Priority] = {}
+    default: Priority = 0
+    lossless: list[Priority] = []
+
+
+class EcnSpec(Strict):
+    """RED/DCQCN marking curve of one egress queue: P(mark) = 0 below kmin, linear up to pmax at kmax, 1 above."""
+    kmin: Size
+    kmax: Size
+    pmax: float = Field(0.1, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.kmax < self.kmin:
+            raise ValueError(f"kmax: must be ≥ kmin ({self.kmin} bytes), got {self.kmax}")
+        return self
+
+
+class PfcSpec(Strict):
+    """PFC of the lossless priorities: Xoff/Xon thresholds on the egress queue a lossless packet joins (bytes),
+    headroom reserved per ingress port for what arrives after Xoff."""
+    enabled: bool = False
+    xoff: Size = units.size_bytes("32KB")
+    xon: Size = units.size_bytes("16KB")
+    headroom: Size = units.size_bytes("48KB")
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.xon > self.xoff:
+            raise ValueError(f"xon: must be ≤ xoff ({self.xoff} bytes), got {self.xon}")
+        return self
+
+
+EcnMap = Union[EcnSpec, dict[Priority, EcnSpec], None]
+
+
+class QosSpec(Strict):
+    """Buffers, traffic classes, ECN and PFC of one tier's switches (what `switch.tiers.<tier>` overrides)."""
+    buffer: Optional[Size] = None               # per port; None = the link's `buffer`
+    traffic_classes: Optional[TrafficClassSpec] = None
+    ecn: EcnMap = None                          # one curve for every priority, or {priority: curve}
+    pfc: Optional[PfcSpec] = None
+
+
 class SwitchSpec(Strict):
     load_balancing: Literal["ecmp", "flowlet", "spray"] = "ecmp"
     flowlet_timeout: Time = units.time_ns("500us")
     spray: Literal["random", "round_robin"] = "random"
     hash_seed: int = Field(1, ge=0, lt=2**32)
+    buffer: Optional[Size] = None
+    traffic_classes: TrafficClassSpec = TrafficClassSpec()
+    ecn: EcnMap = None
+    pfc: PfcSpec = PfcSpec()
+    tiers: dict[Literal["leaf", "spine"], QosSpec] = {}
+
+    def qos(self, tier: str) -> "ResolvedQos":
+        """The effective settings of a tier's switches: the tier's override where it sets a key, else these."""
+        o = self.tiers.get(tier, QosSpec())
+        ecn = o.ecn if o.ecn is not None else self.ecn
+        if isinstance(ecn, EcnSpec):
+            ecn = {p: ecn for p in range(8)}
+        return ResolvedQos(buffer=o.buffer if o.buffer is not None else self.buffer,
+                           traffic_classes=o.traffic_classes or self.traffic_classes,
+                           ecn=dict(ecn or {}), pfc=o.pfc or self.pfc)
+
+    @property
+    def classes_on(self) -> bool:
+        """True when any tier uses more than one priority or PFC: ports then get HTB + one class per priority."""
+        for t in ("leaf", "spine"):
+            q = self.qos(t)
+            if q.pfc.enabled or q.traffic_classes.dscp or q.traffic_classes.default:
+                return True
+        return False
+
+
+class ResolvedQos(Strict):
+    buffer: Optional[int]
+    traffic_classes: TrafficClassSpec
+    ecn: dict[int, EcnSpec]
+    pfc: PfcSpec
+
+    def priorities(self) -> list[int]:
+        tc = self.traffic_classes
+        return sorted({tc.default, *tc.dscp.values(), *tc.lossless})
+
+
+class HostsSpec(Strict):
+    pfc: bool = False            # host NICs obey PFC pause frames (per priority) from their leaf
 
 
 class IncastSpec(Strict):
@@ -143,6 +232,8 @@ class TrafficSpec(Strict):
     sport_base: int = Field(20000, ge=1024, le=65000)
     dport: int = Field(5001, ge=1, le=65000)
     packet_size: Optional[int] = Field(None, ge=64, le=9000)   # IP packet size; None = MTU
+    dscp: int = Field(0, ge=0, le=63)         # DSCP of every flow's packets (IP_TOS)
+    ecn: Literal["none", "ect0", "ect1"] = "none"   # ECN codepoint UDP senders put on their packets
 
     @model_validator(mode="after")
     def _pairs_needed(self):
@@ -174,6 +265,7 @@ class Scenario(Strict):
     duration: Annotated[int, _unit(units.time_ns), Field(gt=0)] = units.time_ns("5s")
     topology: TopologySpec = TopologySpec()
     switch: SwitchSpec = SwitchSpec()
+    hosts: HostsSpec = HostsSpec()
     traffic: TrafficSpec = TrafficSpec()
     telemetry: TelemetrySpec = TelemetrySpec()
     capture: list[NodeName] = []

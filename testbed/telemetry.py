@@ -53,13 +53,18 @@ class CpuGuard:
 class LinkSampler:
     """Background thread: counters every ``interval_s`` → rows for links.csv.
 
-    tx rows count what really left the port (its root qdisc's counters, read over netlink), so a congested
-    port shows what it carried, not what was offered to it; ``offered_bytes`` is what the switch program sent
-    towards the port and ``drops`` what the port's queue dropped. rx rows come from the switch program.
-    """
+    tx rows count what really left the port (its root qdisc's counters), so a congested port shows what it
+    carried; ``offered_bytes`` is what the switch program forwarded towards it. Besides bytes and packets,
+    every row carries the congestion columns (see results/README.md): on the ``tx``
+    row of a port (its egress) the queue depth arriving packets saw (max, mean), ECN marks, tail drops, PFC
+    frames received and time paused, and — when ``fabric`` is given — the qdisc's real backlog from netlink next
+    to the queue model's depth at the same instant; on the ``rx`` row (its ingress) the pause frames the port
+    sent upstream and the ingress drops."""
 
     def __init__(self, topo: Topology, datapath, interval_s: float, fabric=None):
-        self.topo, self.dp, self.interval, self.fabric = topo, datapath, interval_s, fabric
+        self.topo, self.dp, self.interval = topo, datapath, interval_s
+        self.fabric = fabric
+        self.model_samples: list[tuple[int, int]] = []     # (model bytes, real backlog bytes)
         self.rows: list[dict] = []
         self.cpu = CpuGuard()
         self._ports = [p for sw in topo.switches for p in topo.ports[sw]]
@@ -69,13 +74,35 @@ class LinkSampler:
         self._last = None
         self._last_t = 0.0
 
-    def _read(self):
-        q = self.fabric.qdisc_stats() if self.fabric is not None else {}
-        return self.dp.port_counters(), q
+    def _queues(self):
+        q = self.dp.queue_counters() if hasattr(self.dp, "queue_counters") else {}
+        p = self.dp.pfc_counters() if hasattr(self.dp, "pfc_counters") else {}
+        return q, p
+
+    def _backlogs(self, model: dict | None = None) -> dict[int, tuple[int, int, int, int, int]]:
+        """Root qdisc counters (bytes, packets, drops, qlen, backlog) of every switch port; with ``model``, the
+        queue model's depth of each port is read right after its switch's dump, so the two describe (nearly)
+        the same instant."""
+        out = {}
+        if self.fabric is None:
+            return out
+        for sw in self.topo.switches:
+            try:
+                got = self.fabric.qdisc_stats([sw])
+            except OSError:
+                continue
+            if model is not None and hasattr(self.dp, "queue_depth"):
+                for p in self.topo.ports[sw]:
+                    if p.ifindex in got:
+                        model[p.ifindex] = self.dp.queue_depth(p.ifindex)
+            out.update(got)
+        return out
 
     def start(self, t0: float | None = None) -> None:
         self._t0 = time.time() if t0 is None else t0
-        self._last = self._read()
+        self._lastq = self._queues()
+        self._last_backlog = self._backlogs()
+        self._last = self.dp.port_counters()
         self._last_t = time.time()
         self.cpu.sample()
         self._thread.start()
@@ -96,32 +123,84 @@ class LinkSampler:
                 nxt = time.time() + self.interval
 
     def _sample(self) -> None:
-        now_counters, now_q = self._read()
+        model: dict[int, int] = {}
+        backlog = self._backlogs(model)
+        nowq = self._queues()
+        now_counters = self.dp.port_counters()
         now = time.time()
         self.cpu.sample()
         dt = now - self._last_t
         if dt <= 1e-6:
             return
         t_rel = round(now - self._t0, 6)
-        last, last_q = self._last
+        last = self._last
+        (q1, pf1), (q0, pf0) = nowq, self._lastq
         for p in self._ports:
             c, c0 = now_counters.get(p.ifindex), last.get(p.ifindex)
             if c is None or c0 is None:
                 continue
-            q, q0 = now_q.get(p.ifindex), last_q.get(p.ifindex)
+            eg = _port_delta(p.ifindex, q1, q0, pf1, pf0)
             offered = c.tx_bytes - c0.tx_bytes
-            if q is not None and q0 is not None:
-                tx_b, tx_p, tx_drops, backlog = q[0] - q0[0], q[1] - q0[1], q[2] - q0[2], q[4]
-            else:                                   # no qdisc counters: what the program sent out
-                tx_b, tx_p, tx_drops, backlog = offered, c.tx_packets - c0.tx_packets, 0, None
-            common = {"time_s": t_rel, "switch": p.node, "port": p.ifname, "peer": p.peer_node}
-            rest = {"role": p.role, "rate_bps": p.rate_bps, "interval_s": round(dt, 6)}
-            self.rows.append({**common, "bytes": tx_b, "packets": tx_p, "direction": "tx", **rest,
-                              "offered_bytes": offered, "drops": tx_drops, "backlog_bytes": backlog})
-            self.rows.append({**common, "bytes": c.rx_bytes - c0.rx_bytes, "packets": c.rx_packets - c0.rx_packets,
-                              "direction": "rx", **rest, "offered_bytes": None, "drops": c.drops - c0.drops,
-                              "backlog_bytes": None})
-        self._last, self._last_t = (now_counters, now_q), now
+            qd, qd0 = backlog.get(p.ifindex), self._last_backlog.get(p.ifindex)
+            if qd is not None and qd0 is not None:    # what really left the port (its qdisc), not what was offered
+                tx_b, tx_p = qd[0] - qd0[0], qd[1] - qd0[1]
+            else:
+                tx_b, tx_p = offered, c.tx_packets - c0.tx_packets
+            for direction, b, pk in (("tx", tx_b, tx_p),
+                                     ("rx", c.rx_bytes - c0.rx_bytes, c.rx_packets - c0.rx_packets)):
+                tx = direction == "tx"
+                row = {"time_s": t_rel, "switch": p.node, "port": p.ifname, "peer": p.peer_node,
+                       "bytes": b, "packets": pk, "direction": direction, "role": p.role,
+                       "rate_bps": p.rate_bps, "interval_s": round(dt, 6),
+                       "drops": eg["drops"] if tx else (c.drops - c0.drops),
+                       "queue_bytes_max": eg["qmax"] if tx else 0,
+                       "queue_bytes_mean": round(eg["qmean"], 1) if tx else 0.0,
+                       "ecn_marks": eg["ecn"] if tx else 0,
+                       "pause_tx": 0 if tx else eg["pause_tx"],
+                       "pause_rx": eg["pause_rx"] if tx else 0,
+                       "paused_s": round(eg["paused_s"], 6) if tx else 0.0}
+                if tx:
+                    row["offered_bytes"] = offered
+                if tx and p.ifindex in backlog:
+                    real = backlog[p.ifindex][4]
+                    row["queue_model_bytes"] = model.get(p.ifindex, 0)
+                    row["backlog_bytes"] = real
+                    row["qdisc_drops"] = backlog[p.ifindex][2] - (qd0[2] if qd0 else 0)
+                    self.model_samples.append((model.get(p.ifindex, 0), real))
+                self.rows.append(row)
+        self._last, self._last_t, self._lastq = now_counters, now, nowq
+        if backlog:
+            self._last_backlog = backlog
+
+    def model_error(self, min_backlog: int = 8192) -> dict:
+        """Queue model vs the qdisc's real backlog over samples with a real queue: mean/p90/max relative error."""
+        errs = sorted(abs(m - r) / r for m, r in self.model_samples if r >= min_backlog)
+        if not errs:
+            return {"samples": 0, "mean": None, "p90": None, "max": None}
+        return {"samples": len(errs), "mean": sum(errs) / len(errs), "p90": errs[int(0.9 * (len(errs) - 1))],
+                "max": errs[-1]}
+
+
+def _port_delta(ifx: int, q1: dict, q0: dict, pf1: dict, pf0: dict) -> dict:
+    """Congestion counters of one port over an interval, summed over its priorities."""
+    out = {"drops": 0, "ecn": 0, "qmax": 0, "qmean": 0.0, "pause_rx": 0, "pause_tx": 0, "paused_s": 0.0}
+    pk = ds = 0
+    for (i, prio), c in q1.items():
+        if i != ifx:
+            continue
+        c0 = q0.get((i, prio))
+        out["drops"] += c.drops - (c0.drops if c0 else 0)
+        out["ecn"] += c.ecn_marks - (c0.ecn_marks if c0 else 0)
+        out["pause_rx"] += c.pause_rx - (c0.pause_rx if c0 else 0)
+        out["qmax"] = max(out["qmax"], c.depth_max)
+        pk += c.packets - (c0.packets if c0 else 0)
+        ds += c.depth_sum - (c0.depth_sum if c0 else 0)
+        f1, f0 = pf1.get((i, prio)), pf0.get((i, prio))
+        if f1:
+            out["pause_tx"] += f1[0] - (f0[0] if f0 else 0)
+            out["paused_s"] += (f1[1] - (f0[1] if f0 else 0)) / 1e9
+    out["qmean"] = ds / pk if pk else 0.0
+    return out
 
 
 def paths_used(topo: Topology, flow_paths, flows) -> dict[int, int]:
@@ -132,7 +211,7 @@ def paths_used(topo: Topology, flow_paths, flows) -> dict[int, int]:
         seen[key] = sum(1 for n in fp.packets.values() if n > 0)
     out = {}
     for f in flows:
-        proto = 6 if f.proto == "tcp" else 17
+        proto = 17 if f.proto == "udp" else 6
         leaf = topo.leaf_of(f.src, f.rail)
         if topo.leaf_of(f.dst, f.rail) == leaf:
             out[f.flow_id] = 0                 # never leaves its leaf

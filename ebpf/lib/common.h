@@ -63,6 +63,64 @@ enum {
 
 #define PORT_VALID 1
 
+/* Congestion and flow control (lib/qos.h). Queues are per (egress port, priority): index ifindex * N_PRIO + prio. */
+#define N_PRIO 8
+#define ETH_P_MACCTL 0x8808       /* MAC control: PFC frames (opcode 0x0101) */
+#define PFC_OPCODE 0x0101
+#define ETH_P_KICK 0x88B5         /* local experimental: the agent's "kick" frame after a resume; dropped silently */
+#define HTB_MAJOR 0x10000         /* classid 1:(0x10 + prio) of the HTB class of a priority (skb->priority) */
+#define HTB_CLASS_BASE 0x10
+#define ECN_MASK 3
+#define EVT_XOFF 1                /* an ingress (port, prio) passed Xoff: send a PFC frame upstream */
+#define EVT_PFC_RX 2              /* a PFC frame arrived on a port: pause/resume its egress classes */
+
+struct qos_config {               /* qos_config[switch_id] */
+	__u8 dscp_prio[64];       /* DSCP → priority */
+	__u32 lossless;           /* bit per priority */
+	__u32 pfc;                /* 1: PFC on for the lossless priorities */
+	__u32 ecn_on;             /* bit per priority */
+	__u32 pad;
+	__u64 xoff;               /* bytes of the egress queue a lossless packet joins */
+	__u64 kmin[N_PRIO];
+	__u64 kmax[N_PRIO];
+	__u64 pmax[N_PRIO];       /* probability at kmax, scaled by 2^32 */
+};
+
+struct port_qos {                 /* port_qos[ifindex]: the egress port's serialiser */
+	__u64 ps_per_byte;        /* 8e12 / rate (picoseconds per byte); 0 = no queue model */
+	__u64 buffer;             /* bytes per queue; lossy packets beyond it are tail-dropped */
+	__u32 classes;            /* 1: HTB with one class per priority (skb->priority selects it) */
+	__u32 pad;
+	__u64 lossless_limit;     /* bytes the qdisc holds for a lossless queue: beyond, it is lost anyway */
+};
+
+struct queue_stats {              /* per CPU, index ifindex * N_PRIO + prio */
+	__u64 packets;            /* accepted into the queue */
+	__u64 bytes;
+	__u64 depth_sum;          /* sum of the depth each accepted packet saw (bytes): mean = depth_sum / packets */
+	__u64 ecn_marks;
+	__u64 ect_packets;        /* accepted ECT packets (the marking population) */
+	__u64 drops;              /* tail drops at the buffer */
+	__u64 pause_rx;           /* PFC frames received on this port for this priority (counted per priority) */
+	__u64 xoff_events;        /* Xoff crossings this ingress (port, prio) raised */
+};
+
+struct ingress_pause {            /* ingress_pause[ifindex * N_PRIO + prio]: PFC state of an ingress queue */
+	__u64 xoff_ns;            /* when Xoff was passed (0: not paused) */
+	__u64 last_ns;            /* last lossless arrival on it while paused (measures the upstream reaction) */
+	__u32 cause;              /* the egress port whose queue passed Xoff */
+	__u32 leaked;             /* packets that arrived after Xoff */
+};
+
+struct pfc_event {
+	__u64 ts;
+	__u32 kind;               /* EVT_* */
+	__u32 port;               /* ifindex the event is about */
+	__u32 prio;               /* EVT_XOFF: the priority; EVT_PFC_RX: class-enable vector */
+	__u32 cause;              /* EVT_XOFF: the egress port */
+	__u16 quanta[N_PRIO];     /* EVT_PFC_RX */
+};
+
 struct port_info {                /* ports[ifindex] */
 	__u32 switch_id;
 	__u32 flags;              /* PORT_VALID when this ifindex is a switch port */

@@ -16,4 +16,20 @@ BPF_ARRAY(flow_zero, struct flow_state, 1);
 BPF_PERCPU_ARRAY(port_stats, struct port_stats, PORT_SLOTS);
 BPF_PERCPU_ARRAY(drop_reasons, __u64, DROP_MAX);
 
+/* Congestion and flow control (lib/qos.h). */
+BPF_ARRAY(qos_config, struct qos_config, N_SWITCHES);
+BPF_ARRAY(port_qos, struct port_qos, PORT_SLOTS);
+BPF_ARRAY(vq, __u64, PORT_SLOTS * N_PRIO);              /* virtual finish time (ns) of each egress queue */
+BPF_ARRAY(egress_paused, __u64, PORT_SLOTS * N_PRIO);   /* paused since (ns), 0 = running; written by the agent */
+BPF_ARRAY(ingress_pause, struct ingress_pause, PORT_SLOTS * N_PRIO);
+BPF_PERCPU_ARRAY(queue_stats, struct queue_stats, PORT_SLOTS * N_PRIO);
+BPF_PERCPU_ARRAY(queue_max, __u64, PORT_SLOTS * N_PRIO); /* max depth seen; zeroed by the telemetry reader */
+BPF_RINGBUF_OUTPUT(pfc_events, 16);
+/* Written only by the PFC agent (user space): pause frames it sent out of a port for a priority, time paused. */
+struct pfc_agent_stats {
+	__u64 pause_tx;
+	__u64 paused_ns;          /* completed pauses of this port's egress */
+};
+BPF_ARRAY(pfc_stats, struct pfc_agent_stats, PORT_SLOTS * N_PRIO);
+
 #endif

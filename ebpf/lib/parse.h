@@ -14,6 +14,7 @@ struct pkt {
 	__u16 dport;
 	__u8 proto;
 	__u8 ttl;
+	__u8 tos;
 };
 
 /* Make the headers linear so direct access can see them (GRO'd or paged skbs). */
@@ -47,6 +48,7 @@ FTB_ALWAYS_INLINE int parse_ipv4(struct __sk_buff *skb, struct pkt *p)
 	p->daddr = iph->daddr;
 	p->proto = iph->protocol;
 	p->ttl = iph->ttl;
+	p->tos = iph->tos;
 	p->sport = 0;
 	p->dport = 0;
 	/* Fragments (MF set or offset != 0) hash without ports, so all pieces of a datagram take one path. */

@@ -20,13 +20,17 @@ import time
 from dataclasses import dataclass, field
 
 from . import hashing, kheaders, source
+from ..fabric import class_limit
 from .bccutil import import_bcc, quiet_stderr
 from .errors import DatapathError
 
-__all__ = ["Datapath", "DatapathError", "PortCounters", "FlowPath", "DROP_REASONS", "MODES", "SPRAY_KINDS"]
+__all__ = ["Datapath", "DatapathError", "PortCounters", "QueueCounters", "N_PRIO", "FlowPath", "DROP_REASONS", "MODES", "SPRAY_KINDS"]
 
 PROGRAM = "ftb_switch_ingress"
 NIC_RELEASE = "ftb_nic_release"     # XDP on leaf host ports: releases the sender's socket (see switch.c)
+HOST_PROGRAM = "ftb_host_ingress"
+N_PRIO = 8
+HTB_CLASS_BASE = 0x10
 MODES = {"ecmp": 0, "flowlet": 1, "spray": 2}
 SPRAY_KINDS = {"random": 0, "round_robin": 1}
 # Index = the DROP_* enum in ebpf/lib/common.h.
@@ -44,6 +48,25 @@ class PortCounters:
     tx_bytes: int = 0
     drops: int = 0
     drop_reasons: dict[str, int] = field(default_factory=dict)   # only reasons with a count
+
+
+@dataclass
+class QueueCounters:
+    """Counters of one (egress port, priority) queue, summed over CPUs; ``depth_max`` is the largest depth an
+    arriving packet saw since the previous read (the read resets it)."""
+    packets: int = 0
+    bytes: int = 0
+    depth_sum: int = 0
+    ecn_marks: int = 0
+    ect_packets: int = 0
+    drops: int = 0
+    pause_rx: int = 0
+    xoff_events: int = 0
+    depth_max: int = 0
+
+    @property
+    def depth_mean(self) -> float:
+        return self.depth_sum / self.packets if self.packets else 0.0
 
 
 @dataclass
@@ -100,6 +123,8 @@ class Datapath:
         self.compile_seconds: float | None = None
         self._names = {i: n for n, i in topo.switch_ids.items()}
         self._switch_ports = sorted(p.ifindex for sw in topo.switches for p in topo.ports[sw])
+        self._all_ports = sorted(p.ifindex for ps in topo.ports.values() for p in ps)
+        self._host_fn = None
         # Per switch: FIB rows longest prefix first, for mapping a flow's slots back to ifindexes.
         self._fib_by_switch: dict[str, list[tuple[int, int, tuple[int, ...]]]] = {}
         for e in topo.fib:
@@ -133,6 +158,7 @@ class Datapath:
                 bpf = BPF(text=text.encode(), cflags=cflags)
                 fn = bpf.load_func(PROGRAM.encode(), BPF.SCHED_CLS)
                 self._nic = bpf.load_func(NIC_RELEASE.encode(), BPF.XDP)
+                self._host_fn = bpf.load_func(HOST_PROGRAM.encode(), BPF.SCHED_CLS)
             except Exception as e:   # BCC raises bare Exception with the details on stderr
                 log = err.text()
                 first = _first_error(log) or str(e)
@@ -145,6 +171,7 @@ class Datapath:
             self._fill_ports()
             self._fill_fib()
             self.set_mode(self.switch_spec)
+            self._fill_qos()
         except Exception:
             self.close()
             raise
@@ -164,6 +191,122 @@ class Datapath:
         """XDP program for the leaf side of host links (the host NIC's transmit completion)."""
         self._need()
         return self._nic.fd
+
+    @property
+    def host_ingress_fd(self) -> int:
+        """The program for host NICs that obey PFC (hosts.pfc): hands pause frames to the agent."""
+        self._need()
+        return self._host_fn.fd
+
+    @property
+    def bpf(self):
+        self._need()
+        return self._bpf
+
+    # ---------------------------------------------------------------- congestion & flow control
+
+    def qos_for(self, switch: str):
+        return self.switch_spec.qos(self.topo.nodes[switch].kind)
+
+    def priorities(self) -> list[int]:
+        """Priorities any switch uses (the queues worth reading)."""
+        return sorted({p for sw in ("leaf", "spine") for p in self.switch_spec.qos(sw).priorities()})
+
+    def _fill_qos(self):
+        spec = self.switch_spec
+        cfg_t, pq_t = self._bpf[b"qos_config"], self._bpf[b"port_qos"]
+        classes = 1 if spec.classes_on else 0
+        for sw in self.topo.switches:
+            q = self.qos_for(sw)
+            v = cfg_t.Leaf()
+            tc = q.traffic_classes
+            for d in range(64):
+                v.dscp_prio[d] = tc.dscp.get(d, tc.default)
+            v.lossless = sum(1 << p for p in tc.lossless)
+            v.pfc = 1 if (q.pfc.enabled and tc.lossless) else 0
+            v.xoff = q.pfc.xoff
+            for prio, e in q.ecn.items():
+                v.ecn_on |= 1 << prio
+                v.kmin[prio], v.kmax[prio] = e.kmin, e.kmax
+                v.pmax[prio] = min(int(round(e.pmax * 2**32)), 2**32)
+            cfg_t[cfg_t.Key(self.topo.switch_ids[sw])] = v
+            for p in self.topo.ports[sw]:
+                w = pq_t.Leaf()
+                w.ps_per_byte = max(1, 8 * 10**12 // p.rate_bps)
+                w.buffer = self.port_buffer(p)
+                w.classes = classes
+                w.lossless_limit = class_limit(self._scen_like(), p, q.traffic_classes.lossless[0]) \
+                    if q.traffic_classes.lossless else w.buffer
+                pq_t[pq_t.Key(p.ifindex)] = w
+
+    def _scen_like(self):
+        from types import SimpleNamespace
+        return SimpleNamespace(switch=self.switch_spec)
+
+    def port_buffer(self, port) -> int:
+        """Bytes one queue of a switch port may hold (switch.buffer or its tier's, else the link's buffer)."""
+        q = self.qos_for(port.node)
+        return q.buffer if q.buffer is not None else port.buffer_bytes
+
+    def queue_counters(self, ports=None, reset_max: bool = True) -> dict[tuple[int, int], QueueCounters]:
+        """(ifindex, priority) → counters, for switch ports (or ``ports``) and the priorities in use."""
+        self._need()
+        t, mt = self._bpf[b"queue_stats"], self._bpf[b"queue_max"]
+        prios = self.priorities()
+        out = {}
+        for ifx in (ports if ports is not None else self._all_ports):
+            for prio in prios:
+                k = ifx * N_PRIO + prio
+                c = QueueCounters()
+                for cpu in t.getvalue(t.Key(k)):
+                    c.packets += cpu.packets
+                    c.bytes += cpu.bytes
+                    c.depth_sum += cpu.depth_sum
+                    c.ecn_marks += cpu.ecn_marks
+                    c.ect_packets += cpu.ect_packets
+                    c.drops += cpu.drops
+                    c.pause_rx += cpu.pause_rx
+                    c.xoff_events += cpu.xoff_events
+                c.depth_max = int(max(mt.getvalue(mt.Key(k))))
+                out[(ifx, prio)] = c
+        if reset_max:
+            mt.clear()
+        return out
+
+    def pfc_counters(self, ports=None) -> dict[tuple[int, int], tuple[int, int]]:
+        """(ifindex, priority) → (PFC frames sent out of the port, ns its egress was paused, including an
+        ongoing pause), from the agent's map."""
+        self._need()
+        st, pa = self._bpf[b"pfc_stats"], self._bpf[b"egress_paused"]
+        now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        out = {}
+        for ifx in (ports if ports is not None else self._all_ports):
+            for prio in self.priorities():
+                k = ifx * N_PRIO + prio
+                v = st[st.Key(k)]
+                since = pa[pa.Key(k)].value
+                out[(ifx, prio)] = (int(v.pause_tx), int(v.paused_ns) + (now - since if 0 < since < now else 0))
+        return out
+
+    def queue_depth(self, ifindex: int, prio: int | None = None) -> int:
+        """The model's depth of a port's queue (one priority, or all) now, in bytes."""
+        self._need()
+        vq, pa, pq = self._bpf[b"vq"], self._bpf[b"egress_paused"], self._bpf[b"port_qos"]
+        ps = pq[pq.Key(ifindex)].ps_per_byte
+        if not ps:
+            return 0
+        now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        total = 0
+        for p in ([prio] if prio is not None else self.priorities()):
+            k = ifindex * N_PRIO + p
+            eff = now
+            paused = pa[pa.Key(k)].value
+            if paused and paused < now:
+                eff = paused
+            v = vq[vq.Key(k)].value
+            if v > eff:
+                total += (v - eff) * 1000 // ps
+        return total
 
     def _need(self):
         if self._bpf is None:
@@ -271,14 +414,14 @@ class Datapath:
     def reset_counters(self) -> None:
         """Zero port and drop counters (e.g. between phases of a run)."""
         self._need()
-        for name in ("port_stats", "drop_reasons"):
+        for name in ("port_stats", "drop_reasons", "queue_stats", "queue_max", "pfc_stats"):
             self._bpf[name.encode()].clear()      # arrays: clear() zeroes every element
 
     def close(self) -> None:
         """Release the program and maps (attached tc filters keep their own reference to the program)."""
         if self._bpf is not None:
             self._bpf.cleanup()
-        self._bpf = self._fn = None
+        self._bpf = self._fn = self._host_fn = None
 
     def __enter__(self):
         return self.load()

@@ -67,6 +67,15 @@ def _rcvbuf(sock: socket.socket, size: int = RCVBUF) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
 
 
+def _tos(sock: socket.socket, flow: dict) -> None:
+    """DSCP/ECN of the flow's packets (IP_TOS; TCP keeps the ECN bits to itself) and its host NIC class."""
+    tos = (flow.get("dscp", 0) << 2) | {"none": 0, "ect1": 1, "ect0": 2}.get(flow.get("ecn", "none"), 0)
+    if tos:
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+    if flow.get("prio") is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, 0x10000 | (0x10 + flow["prio"]))
+
+
 def _reuse(sock: socket.socket, port_too: bool = True) -> None:
     """Senders share a source port when the scenario fixes it (SO_REUSEPORT); receivers must not share theirs
     (a stale process on the port would silently take half the packets), so they only get SO_REUSEADDR."""
@@ -166,6 +175,7 @@ class UdpSender:
         _reuse(s)
         if job.get("sndbuf_each"):
             s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(4096, job["sndbuf_each"] // 2))
+        _tos(s, flow)
         s.bind((flow["src_addr"], flow["sport"]))
         s.connect((flow["dst_addr"], flow["dport"]))
         s.setblocking(False)
@@ -392,6 +402,7 @@ class TcpSender:
     def _make(self):
         s = self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         _reuse(s)
+        _tos(s, self.flow)
         ps = self.job.get("packet_size")
         if ps:
             try:

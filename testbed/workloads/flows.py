@@ -45,6 +45,13 @@ class Flow:
     rail: int = 0
     engine: str = ""                 # the engine that runs it (ENGINES key); "" = same as proto
     opts: Optional[dict] = None      # engine options (RoCE: receiver, cc, mtu, entropy, DCQCN parameters, …)
+    dscp: int = 0                    # DSCP of its packets (IP_TOS)
+    ecn: str = "none"                # ECN codepoint UDP puts on its packets: none | ect0 | ect1
+    prio: Optional[int] = None       # host NIC class (SO_PRIORITY → HTB class 1:(0x10+prio)); None = default
+
+    @property
+    def tos(self) -> int:
+        return (self.dscp << 2) | {"none": 0, "ect1": 1, "ect0": 2}[self.ecn]
 
     def __post_init__(self):
         if not self.engine:
@@ -214,7 +221,8 @@ def plan(traffic, topo, seed: int, duration_s: float) -> list[Flow]:
             flows.append(Flow(flow_id=i, src=src, dst=dst, src_addr=topo.address(src, rail),
                               dst_addr=topo.address(dst, rail), sport=sports[i], dport=dports[k],
                               proto=engine.proto, size_bytes=traffic.flow_size, rate_bps=traffic.rate,
-                              start_s=start_s, rail=rail, engine=name, opts=opts))
+                              start_s=start_s, rail=rail, engine=name, opts=opts,
+                              dscp=getattr(traffic, "dscp", 0), ecn=getattr(traffic, "ecn", "none")))
     return flows
 
 

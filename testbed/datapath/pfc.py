@@ -1,0 +1,361 @@
+"""The PFC agent: turns Xoff/Xon of the switch program into real 802.1Qbb frames and paused serialisers.
+
+The kernel cannot hold packets inside BPF, so a pause stops the upstream port's serialiser (DESIGN §4): every
+port has HTB with one class per priority and a TBF leaf under each; pausing a priority changes that TBF to a
+tiny rate, resuming changes it back and sends one small "kick" frame so HTB dequeues at once.
+
+One forked process (SCHED_FIFO when allowed) does all of it, blocked on the BPF ring buffer:
+- EVT_XOFF (a lossless egress queue passed Xoff; the packet came in on port P): send a PFC frame out of P
+  (quanta 0xffff for that priority). Then watch the queue; when the model says it is below Xon, send a PFC frame
+  with quanta 0 (Xon) and record how long after Xoff the last lossless frame still arrived on P (the reaction).
+- EVT_PFC_RX (a PFC frame arrived on port Q, switch or host NIC): pause/resume Q's classes as the frame says,
+  with pre-encoded netlink messages on a raw socket per namespace, and tell the queue model (egress_paused).
+PFC frames leave through AF_PACKET with PACKET_QDISC_BYPASS: like MAC control frames in hardware they do not
+wait behind the data queued on the port.
+"""
+from __future__ import annotations
+
+import ctypes as ct
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import time
+
+from .. import netns
+from ..fabric import class_limit, port_classes, tbf_burst
+from ..netlink import tbf_change_message
+
+PFC_DST = bytes.fromhex("0180c2000001")
+ETH_P_MACCTL = 0x8808
+ETH_P_KICK = 0x88B5
+SOL_PACKET = 263
+PACKET_QDISC_BYPASS = 20
+PAUSE_RATE_BPS = 8000          # ≥ 4 kbit/s (DESIGN §4): lower rates make the kernel cap the bucket below a frame
+N_PRIO = 8
+HTB_CLASS_BASE = 0x10
+EVT_XOFF, EVT_PFC_RX = 1, 2
+XON_POLL_S = 0.0002
+
+
+def pfc_frame(src_mac: bytes, vector: int, quanta: int) -> bytes:
+    """An 802.1Qbb frame: MAC control, opcode 0x0101, class-enable vector, 8 pause quanta, padded to 60 bytes."""
+    q = [quanta if vector & (1 << i) else 0 for i in range(N_PRIO)]
+    body = struct.pack("!HHH8H", ETH_P_MACCTL, 0x0101, vector, *q)
+    return (PFC_DST + src_mac + body).ljust(60, b"\0")
+
+
+def min_headroom(rate_bps: int, mtu: int, reaction_s: float = 1.5e-3) -> int:
+    """Bytes that can still arrive on an ingress after Xoff: two frames in flight + the ~15 KB bursts HTB/TBF
+    release + rate × the reaction time of the emulated pause (≈1.5 ms budget; DESIGN §4 measured ≥ 40 KB at
+    100 Mbit/s and ≥ 200 KB at 1 Gbit/s)."""
+    return int(2 * (mtu + 14) + 15 * 1024 + rate_bps / 8 * reaction_s)
+
+
+def headroom_warnings(scen, topo) -> list[str]:
+    """One line per tier whose PFC headroom is below the computed minimum for its fastest port."""
+    out = []
+    for tier in ("leaf", "spine"):
+        q = scen.switch.qos(tier)
+        if not (q.pfc.enabled and q.traffic_classes.lossless):
+            continue
+        rates = [p.rate_bps for sw in topo.switches if topo.nodes[sw].kind == tier for p in topo.ports[sw]]
+        if not rates:
+            continue
+        need = min_headroom(max(rates), topo.spec.mtu)
+        if q.pfc.headroom < need:
+            out.append(f"switch.pfc.headroom ({tier}): {q.pfc.headroom} bytes is below the computed minimum "
+                       f"{need} bytes at {max(rates) // 10**6} Mbit/s (2×frame + 15 KB shaper burst + rate × "
+                       f"1.5 ms reaction): an incast may overflow the lossless queues")
+    return out
+
+
+def _pct(xs, p):
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def summarize_reactions(samples: dict) -> dict:
+    """p50/p99/max of the agent's timings, in microseconds."""
+    out = {}
+    for key in ("reaction_us", "apply_us", "leaked"):
+        xs = samples.get(key) or []
+        out[key] = {"n": len(xs), "p50": _pct(xs, 50), "p99": _pct(xs, 99), "max": max(xs) if xs else None}
+    return out
+
+
+class PfcEvent(ct.Structure):                       # struct pfc_event (ebpf/lib/common.h)
+    _fields_ = [("ts", ct.c_uint64), ("kind", ct.c_uint32), ("port", ct.c_uint32), ("prio", ct.c_uint32),
+                ("cause", ct.c_uint32), ("quanta", ct.c_uint16 * N_PRIO)]
+
+
+class PfcAgent:
+    """Owns the forked agent process. ``start()`` after the datapath is loaded and attached; ``stop()`` returns
+    the timings it measured (lists of µs)."""
+
+    def __init__(self, datapath, fabric, scen):
+        self.dp, self.fabric, self.scen, self.topo = datapath, fabric, scen, fabric.topo
+        self.pid = None
+        self._rfd = None
+        self.results: dict = {}
+
+    # ---- set-up in the parent (sockets must be made inside each namespace)
+
+    def _prepare(self):
+        topo, scen = self.topo, self.scen
+        self.nl = {}              # node → netlink socket
+        self.pkt = {}             # ifindex → AF_PACKET socket (bypass) for PFC frames
+        self.kick = {}            # ifindex → AF_PACKET socket (through the qdisc) for kick frames
+        self.msgs = {}            # (ifindex, prio) → (pause bytes, resume bytes)
+        ports = [p for sw in topo.switches for p in topo.ports[sw]]
+        if scen.hosts.pfc:
+            ports += [p for h in topo.hosts for p in topo.ports[h]]
+        self.ports = {p.ifindex: p for p in ports}
+        for node in {p.node for p in ports}:
+            self.nl[node] = netns.netlink_socket(self.fabric.ns[node])
+        for p in ports:
+            def make(_p=p):
+                a = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+                a.bind((_p.ifname, 0))
+                a.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
+                k = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+                k.bind((_p.ifname, 0))
+                return a, k
+            self.pkt[p.ifindex], self.kick[p.ifindex] = netns.run_in(self.fabric.ns[p.node], make)
+            prios = port_classes(scen, p) or []
+            burst = tbf_burst(p.rate_bps, topo.spec.mtu)
+            for prio in prios:
+                minor = HTB_CLASS_BASE + prio
+                limit = class_limit(scen, p, prio)
+                self.msgs[(p.ifindex, prio)] = (
+                    tbf_change_message(p.ifindex, minor << 16, 0x10000 | minor, PAUSE_RATE_BPS,
+                                       topo.spec.mtu + 14, limit),
+                    tbf_change_message(p.ifindex, minor << 16, 0x10000 | minor, p.rate_bps, burst, limit))
+
+    def start(self) -> None:
+        self._prepare()
+        bpf = self.dp.bpf
+        ring = bpf[b"pfc_events"]
+        rfd, wfd = os.pipe()
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                          # the agent
+            os.close(rfd)
+            os.close(ready_r)
+            code = 0
+            try:
+                _Agent(self, bpf, ring, wfd, ready_w).run()
+            except BaseException:                             # noqa: BLE001 — report and leave
+                import traceback
+                traceback.print_exc()
+                code = 1
+            os._exit(code)
+        os.close(wfd)
+        os.close(ready_w)
+        self.pid, self._rfd = pid, rfd
+        os.read(ready_r, 1)                                   # the ring buffer is open
+        os.close(ready_r)
+        for d in (self.pkt, self.kick):
+            for s in d.values():
+                s.close()
+        for s in self.nl.values():
+            s.close()
+
+    def stop(self) -> dict:
+        if self.pid is None:
+            return self.results
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        data = b""
+        while True:
+            chunk = os.read(self._rfd, 1 << 20)
+            if not chunk:
+                break
+            data += chunk
+        os.close(self._rfd)
+        os.waitpid(self.pid, 0)
+        self.pid = None
+        try:
+            self.results = json.loads(data.decode()) if data else {}
+        except ValueError:
+            self.results = {}
+        return self.results
+
+
+class _Agent:
+    def __init__(self, owner: PfcAgent, bpf, ring, wfd: int, ready_w: int):
+        self.o, self.bpf, self.ring, self.wfd, self.ready_w = owner, bpf, ring, wfd, ready_w
+        self.vq, self.paused = bpf[b"vq"], bpf[b"egress_paused"]
+        self.ingress, self.stats, self.pq = bpf[b"ingress_pause"], bpf[b"pfc_stats"], bpf[b"port_qos"]
+        self.watch: dict[tuple[int, int], tuple[int, int]] = {}     # (in port, prio) → (xoff ns, cause port)
+        self.xoff_at: dict[tuple[int, int], int] = {}                # (downstream port, prio) → xoff ns
+        self.egress_since: dict[tuple[int, int], int] = {}
+        self.samples = {"reaction_us": [], "apply_us": [], "leaked": []}
+        self.errors: list[str] = []
+        self.stop = False
+        self.xon = {}
+        for sw in owner.topo.switches:
+            self.xon[sw] = owner.scen.switch.qos(owner.topo.nodes[sw].kind).pfc.xon
+
+    def run(self):
+        signal.signal(signal.SIGTERM, self._term)
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+        except (OSError, AttributeError):
+            pass
+        self.ring.open_ring_buffer(self._event)
+        fd = self.ring.map_fd
+        os.write(self.ready_w, b"1")
+        os.close(self.ready_w)
+        while not self.stop:
+            timeout = XON_POLL_S if self.watch else 0.05
+            try:
+                r, _, _ = select.select([fd], [], [], timeout)
+            except InterruptedError:
+                continue
+            if r:
+                self.bpf.ring_buffer_consume()
+            if self.watch:
+                self._check_xon()
+        self._finish()
+
+    def _term(self, *_):
+        self.stop = True
+
+    def _now(self) -> int:
+        return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+    # ---- events
+
+    def _event(self, ctx, data, size):
+        ev = ct.cast(data, ct.POINTER(PfcEvent)).contents
+        if ev.kind == EVT_XOFF:
+            key = (ev.port, ev.prio)
+            if key in self.watch:
+                return
+            self.watch[key] = (ev.ts, ev.cause)
+            self.xoff_at[key] = ev.ts
+            self._send_pfc(ev.port, 1 << ev.prio, 0xFFFF)
+        elif ev.kind == EVT_PFC_RX:
+            for prio in range(N_PRIO):
+                if ev.prio & (1 << prio):
+                    if ev.quanta[prio]:
+                        self._pause(ev.port, prio, ev.ts)
+                    else:
+                        self._resume(ev.port, prio)
+
+    def _send_pfc(self, port: int, vector: int, quanta: int):
+        p = self.o.ports.get(port)
+        s = self.o.pkt.get(port)
+        if p is None or s is None:
+            return
+        try:
+            s.send(pfc_frame(bytes.fromhex(p.mac.replace(":", "")), vector, quanta))
+        except OSError as e:
+            self.errors.append(f"pfc tx on {p.node}/{p.ifname}: {e}")
+            return
+        for prio in range(N_PRIO):
+            if vector & (1 << prio):
+                k = self.stats.Key(port * N_PRIO + prio)
+                v = self.stats[k]
+                v.pause_tx += 1
+                self.stats[k] = v
+
+    def _netlink(self, port: int, msg: bytes):
+        p = self.o.ports[port]
+        s = self.o.nl[p.node]
+        s.send(msg)
+        reply = s.recv(65536)
+        code = struct.unpack_from("i", reply, 16)[0] if len(reply) >= 20 else 0
+        if code:
+            self.errors.append(f"tbf change on {p.node}/{p.ifname}: {os.strerror(-code)}")
+
+    def _pause(self, port: int, prio: int, rx_ts: int):
+        key = (port, prio)
+        if key in self.egress_since or key not in self.o.msgs:
+            return
+        self._netlink(port, self.o.msgs[key][0])
+        now = self._now()
+        self.paused[self.paused.Key(port * N_PRIO + prio)] = self.paused.Leaf(now)
+        self.egress_since[key] = now
+        down = self.o.ports[port].peer_ifindex
+        t_xoff = self.xoff_at.get((down, prio))
+        if t_xoff:
+            self.samples["apply_us"].append((now - t_xoff) / 1000)
+
+    def _resume(self, port: int, prio: int):
+        key = (port, prio)
+        since = self.egress_since.pop(key, None)
+        if since is None:
+            return
+        idx = port * N_PRIO + prio
+        self._netlink(port, self.o.msgs[key][1])
+        now = self._now()
+        vk = self.vq.Key(idx)
+        v = self.vq[vk].value
+        if v > since:
+            self.vq[vk] = self.vq.Leaf(v + (now - since))     # the queue did not drain while paused
+        self.paused[self.paused.Key(idx)] = self.paused.Leaf(0)
+        sk = self.stats.Key(idx)
+        st = self.stats[sk]
+        st.paused_ns += now - since
+        self.stats[sk] = st
+        self._kick(port, prio)
+
+    def _kick(self, port: int, prio: int):
+        p = self.o.ports[port]
+        s = self.o.kick[port]
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, 0x10000 | (HTB_CLASS_BASE + prio))
+            s.send(bytes.fromhex(p.peer_mac.replace(":", "")) + bytes.fromhex(p.mac.replace(":", ""))
+                   + struct.pack("!H", ETH_P_KICK) + bytes(46))
+        except OSError as e:
+            self.errors.append(f"kick on {p.node}/{p.ifname}: {e}")
+
+    # ---- Xon
+
+    def _depth(self, port: int, prio: int) -> int:
+        idx = port * N_PRIO + prio
+        ps = self.pq[self.pq.Key(port)].ps_per_byte
+        if not ps:
+            return 0
+        now = self._now()
+        paused = self.paused[self.paused.Key(idx)].value
+        eff = paused if paused and paused < now else now
+        v = self.vq[self.vq.Key(idx)].value
+        return (v - eff) * 1000 // ps if v > eff else 0
+
+    def _check_xon(self):
+        for key, (t_xoff, cause) in list(self.watch.items()):
+            port, prio = key
+            sw = self.o.topo.port(port).node
+            if self._depth(cause, prio) > self.xon[sw]:
+                continue
+            self._send_pfc(port, 1 << prio, 0)
+            del self.watch[key]
+            ik = self.ingress.Key(port * N_PRIO + prio)
+            st = self.ingress[ik]
+            if st.last_ns and st.last_ns > t_xoff:
+                self.samples["reaction_us"].append((st.last_ns - t_xoff) / 1000)
+            else:
+                self.samples["reaction_us"].append(0.0)
+            self.samples["leaked"].append(int(st.leaked))
+            self.ingress[ik] = self.ingress.Leaf()        # Xon: the next crossing raises Xoff again
+
+    def _finish(self):
+        now = self._now()
+        for (port, prio), since in self.egress_since.items():   # still paused at the end: count it
+            sk = self.stats.Key(port * N_PRIO + prio)
+            st = self.stats[sk]
+            st.paused_ns += now - since
+            self.stats[sk] = st
+        out = dict(self.samples)
+        out["errors"] = self.errors[:20]
+        os.write(self.wfd, json.dumps(out).encode())
+        os.close(self.wfd)

@@ -1,0 +1,258 @@
+"""Egress logic of the switch program (lib/qos.h) on crafted packets with BPF_PROG_TEST_RUN: ECN marking curve,
+tail-drop accounting, lossless queues, PFC Xoff detection and PFC frame parsing, and its per-packet cost.
+
+The queue a packet sees is set directly in the `vq` map (virtual finish time = now + depth × time per byte), so
+every depth of the curve can be tested exactly. Same throwaway-namespace set-up as test_datapath_unit.py."""
+import math
+import os
+import time
+
+import pytest
+
+from testbed import scenario, topology
+from testbed.datapath import N_PRIO, Datapath, DatapathError, testrun
+from testbed.datapath.testrun import TC_ACT_REDIRECT, TC_ACT_SHOT
+
+from test_datapath_unit import _setns  # noqa: F401  (same helpers)
+
+scapy_all = pytest.importorskip("scapy.all")
+Ether, IP, UDP, Raw = scapy_all.Ether, scapy_all.IP, scapy_all.UDP, scapy_all.Raw
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (BPF, namespaces)")
+
+KMIN, KMAX, PMAX = 20_000, 120_000, 0.2
+BUFFER = 200_000
+XOFF = 60_000
+SWITCH = {"buffer": BUFFER,
+          "traffic_classes": {"dscp": {26: 3}, "lossless": [3]},
+          "ecn": {0: {"kmin": KMIN, "kmax": KMAX, "pmax": PMAX}},
+          "pfc": {"enabled": True, "xoff": XOFF, "xon": 30_000, "headroom": "64KB"}}
+
+
+@pytest.fixture(scope="module")
+def scen():
+    # slow host links (1 Mbit/s = 8 µs a byte): the milliseconds a busy machine may take between setting a
+    # depth and running the packet drain only a few hundred bytes
+    return scenario.from_dict({"topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2,
+                                            "host_link": {"rate": "1mbit", "buffer": "256KB"}},
+                               "switch": SWITCH})
+
+
+@pytest.fixture(scope="module")
+def topo(scen):
+    return topology.build(scen.topology)
+
+
+@pytest.fixture(scope="module")
+def netns_ports(topo):
+    from pyroute2 import IPRoute, netns
+    name = f"ftb-qut-{os.getpid()}"
+    orig = os.open("/proc/self/ns/net", os.O_RDONLY)
+    netns.create(name)
+    entered = False
+    try:
+        fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+        try:
+            _setns(fd)
+            entered = True
+        finally:
+            os.close(fd)
+        with IPRoute() as ipr:
+            for ps in topo.ports.values():
+                for p in ps:
+                    ipr.link("add", ifname=f"p{p.ifindex}", index=p.ifindex, kind="veth",
+                             peer={"ifname": f"q{p.ifindex}"})
+        yield name
+    finally:
+        if entered:
+            _setns(orig)
+        os.close(orig)
+        netns.remove(name)
+
+
+@pytest.fixture(scope="module")
+def loaded(topo, scen, netns_ports):
+    try:
+        dp = Datapath(topo, scen.switch).load()
+    except DatapathError as e:
+        pytest.skip(str(e))
+    yield dp
+    dp.close()
+
+
+@pytest.fixture
+def dp(loaded):
+    loaded.reset_counters()
+    for name in (b"vq", b"ingress_pause", b"egress_paused"):
+        loaded.bpf[name].clear()
+    return loaded
+
+
+def ports(topo):
+    """(ingress port facing h0, egress port facing h1) at leaf0."""
+    inp = topo.port(topo.port_named("h0", "eth0").peer_ifindex)
+    out = topo.port(topo.port_named("h1", "eth0").peer_ifindex)
+    return inp, out
+
+
+def pkt(topo, tos=0, payload=1000, ttl=64):
+    inp, _ = ports(topo)
+    return (Ether(src=inp.peer_mac, dst=inp.mac) / IP(src=topo.address("h0"), dst=topo.address("h1"), tos=tos,
+                                                      ttl=ttl)
+            / UDP(sport=1000, dport=2000) / Raw(b"x" * payload))
+
+
+def set_depth(dp, out, prio, depth):
+    """Make the model's queue (out, prio) hold ``depth`` bytes now."""
+    ps = dp.bpf[b"port_qos"][dp.bpf[b"port_qos"].Key(out.ifindex)].ps_per_byte
+    now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    t = dp.bpf[b"vq"]
+    t[t.Key(out.ifindex * N_PRIO + prio)] = t.Leaf(now + depth * ps // 1000)
+
+
+def run(dp, frame, ifindex):
+    r = testrun.run(dp.ingress_fd, frame if isinstance(frame, bytes) else bytes(frame), ifindex=ifindex)
+    return r.verdict, Ether(r.data)
+
+
+def marks_at(dp, topo, depth, n, tos=2):
+    inp, out = ports(topo)
+    marked = 0
+    frame = bytes(pkt(topo, tos=tos))
+    for _ in range(n):
+        set_depth(dp, out, 0, depth)
+        verdict, o = run(dp, frame, inp.ifindex)
+        assert verdict == TC_ACT_REDIRECT
+        marked += (o[IP].tos & 3) == 3
+    return marked
+
+
+def test_no_marks_below_kmin(dp, topo):
+    assert marks_at(dp, topo, KMIN - 3000, 400) == 0
+
+
+@pytest.mark.parametrize("frac", [0.25, 0.75])
+def test_marks_between_kmin_and_kmax_follow_the_curve(dp, topo, frac):
+    depth = int(KMIN + frac * (KMAX - KMIN))
+    n = 2500
+    got = marks_at(dp, topo, depth, n)
+    # the depth seen is depth minus what drained between set_depth and the run (a few bytes at 1 Mbit/s)
+    p = PMAX * frac
+    sd = math.sqrt(n * p * (1 - p))
+    assert abs(got - n * p) <= 4 * sd + 0.01 * n, (got, n * p)
+    _, out = ports(topo)
+    c = dp.queue_counters(ports=[out.ifindex])[(out.ifindex, 0)]
+    assert c.ecn_marks == got and c.ect_packets == n
+
+
+def test_all_marked_above_kmax_and_checksum_valid(dp, topo):
+    inp, out = ports(topo)
+    f = bytes(pkt(topo, tos=1))
+    set_depth(dp, out, 0, KMAX + 5000)
+    verdict, o = run(dp, f, inp.ifindex)          # ECT(1)
+    assert verdict == TC_ACT_REDIRECT and o[IP].tos & 3 == 3
+    fixed = o[IP].copy()
+    del fixed.chksum
+    assert o[IP].chksum == IP(bytes(fixed))[IP].chksum
+
+
+def test_non_ect_never_marked(dp, topo):
+    assert marks_at(dp, topo, KMAX + 5000, 300, tos=0) == 0
+    _, out = ports(topo)
+    c = dp.queue_counters(ports=[out.ifindex])[(out.ifindex, 0)]
+    assert c.ecn_marks == 0 and c.packets == 300
+
+
+def test_tail_drop_lossy_counted_per_port_and_class(dp, topo):
+    inp, out = ports(topo)
+    f = bytes(pkt(topo))
+    set_depth(dp, out, 0, BUFFER - 100)                            # a 1042-byte frame no longer fits
+    verdict, _ = run(dp, f, inp.ifindex)
+    assert verdict == TC_ACT_SHOT
+    set_depth(dp, out, 0, BUFFER - 5000)                           # this one does
+    verdict, _ = run(dp, f, inp.ifindex)
+    assert verdict == TC_ACT_REDIRECT
+    q = dp.queue_counters(ports=[out.ifindex])
+    assert q[(out.ifindex, 0)].drops == 1 and q[(out.ifindex, 0)].packets == 1
+    assert q[(out.ifindex, 3)].drops == 0
+
+
+def test_lossless_not_dropped_at_buffer_and_raises_xoff_once(dp, topo):
+    inp, out = ports(topo)
+    tos = 26 << 2
+    f = bytes(pkt(topo, tos=tos))
+    set_depth(dp, out, 3, BUFFER + 1000)                           # above the lossy buffer: kept
+    verdict, o = run(dp, f, inp.ifindex)
+    assert verdict == TC_ACT_REDIRECT
+    q = dp.queue_counters(ports=[inp.ifindex, out.ifindex])
+    assert q[(out.ifindex, 3)].drops == 0 and q[(out.ifindex, 3)].packets == 1
+    assert q[(inp.ifindex, 3)].xoff_events == 1
+    ip = dp.bpf[b"ingress_pause"][dp.bpf[b"ingress_pause"].Key(inp.ifindex * N_PRIO + 3)]
+    assert ip.xoff_ns > 0 and ip.cause == out.ifindex
+    f = bytes(pkt(topo, tos=tos))
+    set_depth(dp, out, 3, BUFFER + 1000)
+    run(dp, f, inp.ifindex)                        # already paused: no second Xoff
+    q = dp.queue_counters(ports=[inp.ifindex])
+    assert q[(inp.ifindex, 3)].xoff_events == 1
+
+
+def test_below_xoff_no_pause(dp, topo):
+    inp, out = ports(topo)
+    f = bytes(pkt(topo, tos=26 << 2))
+    set_depth(dp, out, 3, XOFF - 5000)
+    run(dp, f, inp.ifindex)
+    assert dp.queue_counters(ports=[inp.ifindex])[(inp.ifindex, 3)].xoff_events == 0
+
+
+def test_pfc_frame_is_consumed_and_counted(dp, topo):
+    from testbed.datapath.pfc import pfc_frame
+    inp, _ = ports(topo)
+    f = pfc_frame(bytes.fromhex(inp.peer_mac.replace(":", "")), (1 << 3) | (1 << 5), 0xFFFF)
+    r = testrun.run(dp.ingress_fd, f, ifindex=inp.ifindex)
+    assert r.verdict == TC_ACT_SHOT
+    q = dp.queue_counters(ports=[inp.ifindex])
+    assert q[(inp.ifindex, 3)].pause_rx == 1 and q[(inp.ifindex, 0)].pause_rx == 0
+    assert sum(dp.drop_counters().values()) == 0                   # not an error drop
+
+
+def test_queue_depth_seen_is_the_model(dp, topo):
+    inp, out = ports(topo)
+    f = bytes(pkt(topo))
+    t0 = time.monotonic()
+    set_depth(dp, out, 0, 50_000)
+    run(dp, f, inp.ifindex)
+    c = dp.queue_counters(ports=[out.ifindex])[(out.ifindex, 0)]
+    depth = dp.queue_depth(out.ifindex, 0)
+    drained = (time.monotonic() - t0) * 1e6 / 8 + 50          # bytes a 1 Mbit/s port drains meanwhile
+    assert 50_000 - drained <= c.depth_max <= 50_000
+    assert 51_042 - drained <= depth <= 51_042                      # + the accepted frame
+
+
+def test_cost_of_egress_logic(dp, topo, capsys):
+    """Per-packet cost with ECN/PFC on vs the queue logic off (port_qos rate 0), same run: reported, bounded."""
+    inp, out = ports(topo)
+    t = dp.bpf[b"port_qos"]
+    frame = bytes(pkt(topo, tos=2, ttl=255))    # repetitions run on the same skb: TTL − 1 each time
+    on, off = [], []
+    saved = t[t.Key(out.ifindex)]
+    big = t.Leaf()
+    ct_copy = bytes(saved)
+    import ctypes
+    ctypes.memmove(ctypes.addressof(big), ct_copy, len(ct_copy))
+    big.buffer = big.lossless_limit = 1 << 40          # never tail-drop: every repetition runs the whole path
+    try:
+        for _ in range(7):
+            t[t.Key(out.ifindex)] = big
+            on.append(sum(testrun.run(dp.ingress_fd, frame, ifindex=inp.ifindex, repeat=250).duration_ns
+                          for _ in range(40)) / 40)
+            t[t.Key(out.ifindex)] = t.Leaf()                        # ps_per_byte 0: qos_egress returns at once
+            off.append(sum(testrun.run(dp.ingress_fd, frame, ifindex=inp.ifindex, repeat=250).duration_ns
+                           for _ in range(40)) / 40)
+    finally:
+        t[t.Key(out.ifindex)] = saved
+    a, b = sorted(on)[3], sorted(off)[3]
+    c = dp.queue_counters(ports=[out.ifindex])[(out.ifindex, 0)]
+    assert c.drops == 0 and c.packets == 7 * 40 * 250 and c.ecn_marks > 0          # the measured path included queueing and marking
+    with capsys.disabled():
+        print(f"\n[qos cost] egress logic on: {a:.0f} ns/pkt, off: {b:.0f} ns/pkt, ratio {a / b:.2f} ({c.packets} queued, {c.ecn_marks} marked)")
+    assert a < 10 * b + 500
