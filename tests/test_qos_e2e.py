@@ -250,17 +250,14 @@ def queue_model_run(qlab):
 
 
 def test_queue_model_tracks_the_real_backlog(qlab):
-    """Mean |error| ≤ 10 %. On a CPU-saturated machine the real shaper falls behind its timers (the fidelity
-    guard's domain), so up to three attempts are made; every attempt is printed."""
-    results = []
-    for _ in range(3):
-        samples, cpu = queue_model_run(qlab)
-        assert len(samples) >= 30
-        mean = statistics.fmean(abs(x) for x in samples)
-        results.append(mean)
-        print(f"\n[queue model] {len(samples)} samples, mean |error| {mean:.3%}, signed mean "
-              f"{statistics.fmean(samples):+.3%}, median |error| {statistics.median(abs(x) for x in samples):.3%},"
-              f" max {max(abs(x) for x in samples):.3%}; cpu busy mean {cpu['cpu_busy_mean']}")
-        if mean <= 0.10:
-            break
-    assert min(results) <= 0.10, results
+    """The queue model follows the qdisc's real backlog: median |error| ≤ 10 % (a CPU stall can make a single
+    sample far off, so the median — not a retry — carries the claim; the mean is bounded loosely too)."""
+    samples, cpu = queue_model_run(qlab)
+    assert len(samples) >= 30
+    mean = statistics.fmean(abs(x) for x in samples)
+    median = statistics.median(abs(x) for x in samples)
+    print(f"\n[queue model] {len(samples)} samples, median |error| {median:.3%}, mean |error| {mean:.3%}, "
+          f"signed mean {statistics.fmean(samples):+.3%}, max {max(abs(x) for x in samples):.3%}; "
+          f"cpu busy mean {cpu['cpu_busy_mean']}")
+    assert median <= 0.10, median
+    assert mean <= 0.25, mean
