@@ -127,6 +127,12 @@ class Batch:
         params = tc_plugins["tbf"].get_parameters({"rate": f"{rate_bps}bit", "burst": burst, "limit": limit})
         self._qdisc(ifindex, "tbf", 0x10000, TC_H_ROOT, params, what)
 
+    def netem(self, ifindex: int, delay_us: int, limit_pkts: int, what: str) -> None:
+        """netem (handle 10:) as the child of the root TBF (1:), so the shaper's rate and queue stay at the root
+        and the delay line sits under it (see fabric.netem_limit)."""
+        params = tc_plugins["netem"].get_parameters({"delay": delay_us, "limit": limit_pkts})
+        self._qdisc(ifindex, "netem", 0xA0000, 0x10001, params, what)
+
     def clsact(self, ifindex: int, what: str) -> None:
         self._qdisc(ifindex, "clsact", 0xFFFF0000, TC_H_CLSACT, None, what)
 

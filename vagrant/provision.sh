@@ -16,8 +16,14 @@ export DEBIAN_FRONTEND=noninteractive
 start=$SECONDS
 
 # Soft-RoCE (rdma_rxe) user space and benchmarks, tc/ip, module loading, headers for BCC on this kernel.
-EXTRA=(rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest iproute2 kmod procps
-       linux-headers-amd64 python3 python3-venv ca-certificates)
+# Headers must match the kernel that boots: the running one (Vagrant) or the one in the image (chroot).
+if [ -n "${FTB_PROVISION_CHROOT:-}" ]; then
+    KREL=$(ls /lib/modules | sort -V | tail -1)
+else
+    KREL=$(uname -r)
+fi
+EXTRA=(rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest iproute2 kmod procps ethtool
+       "linux-headers-$KREL" python3 python3-venv ca-certificates)
 missing=()
 for p in "${EXTRA[@]}"; do
     [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = "install ok installed" ] || missing+=("$p")
@@ -27,13 +33,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
 fi
-# Headers for the running kernel too when it is not the metapackage's (a Vagrant box booted on an older kernel).
-if [ -z "${FTB_PROVISION_CHROOT:-}" ] && [ ! -d "/lib/modules/$(uname -r)/build" ]; then
-    apt-get install -y -qq --no-install-recommends "linux-headers-$(uname -r)" </dev/null \
-        || echo "provision: no linux-headers-$(uname -r); BCC falls back to the project's header stub"
-fi
 
 # Modules the testbed uses on a distribution kernel (loaded at boot by systemd; the lane's init loads them itself).
+mkdir -p /etc/modules-load.d
 printf '%s\n' rdma_rxe sch_netem sch_red sch_fq sch_prio sch_htb sch_tbf cls_bpf act_bpf > \
     /etc/modules-load.d/fabric-testbed.conf
 
