@@ -223,6 +223,43 @@ class _Mounts:
         self.done.clear()
 
 
+_HOST_CA = "/tmp/ftb-host-ca.crt"
+_PIP_FILES = ("etc/pip.conf", "etc/xdg/pip")
+
+
+def _host_network_config(rootfs: Path, mounts: "_Mounts") -> dict[str, str]:
+    """Let the chroot's apt/pip reach the network the way the host does: proxy variables, the host's CA bundle
+    (a TLS-intercepting proxy's CA) and pip configuration. Removed from the image after provisioning."""
+    env = {k: v for k, v in os.environ.items()
+           if k.lower() in ("http_proxy", "https_proxy", "no_proxy") or k.startswith("PIP_")}
+    for k in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
+        ca = os.environ.get(k)
+        if ca and os.path.isfile(ca):
+            shutil.copy(ca, rootfs / _HOST_CA.lstrip("/"))
+            env.update(PIP_CERT=_HOST_CA, SSL_CERT_FILE=_HOST_CA, REQUESTS_CA_BUNDLE=_HOST_CA)
+            break
+    env.pop("SSL_CERT_DIR", None)
+    links = os.environ.get("PIP_FIND_LINKS", "")
+    if links and os.path.isdir(links):
+        mounts.bind(links, links)
+    for rel in _PIP_FILES:
+        src = Path("/") / rel
+        if src.is_file():
+            shutil.copy(src, rootfs / rel)
+        elif src.is_dir():
+            shutil.copytree(src, rootfs / rel, dirs_exist_ok=True)
+    return env
+
+
+def _drop_host_network_config(rootfs: Path) -> None:
+    for rel in (_HOST_CA.lstrip("/"), *_PIP_FILES):
+        p = rootfs / rel
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        elif p.exists():
+            p.unlink()
+
+
 def build(force: bool = False, log: Log = _log, boot_check: bool = True) -> Image:
     """Build (or reuse) the image for the current provisioning inputs. Returns the cached Image."""
     key = image_key()
@@ -271,13 +308,12 @@ def build(force: bool = False, log: Log = _log, boot_check: bool = True) -> Imag
             env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
                    "LANG": "C.UTF-8", "DEBIAN_FRONTEND": "noninteractive", "FTB_PROVISION_CHROOT": "1",
                    "FTB_VENV": GUEST_VENV, "PIP_NO_CACHE_DIR": "1"}
-            for k in ("http_proxy", "https_proxy", "no_proxy", "PIP_INDEX_URL"):
-                if k in os.environ:
-                    env[k] = os.environ[k]
+            env.update(_host_network_config(rootfs, mounts))
             _sh(["chroot", str(rootfs), "bash", f"{GUEST_SRC}/vagrant/provision.sh"], lf,
                 "provisioning (vagrant/provision.sh in the image chroot)", env=env)
             _sh(["chroot", str(rootfs), "apt-get", "clean"], lf, "apt-get clean", env=env)
             mounts.close()
+            _drop_host_network_config(rootfs)
             (rootfs / "usr/sbin/policy-rc.d").unlink()
             times["provision_s"] = time.monotonic() - t
 
