@@ -227,7 +227,7 @@ class Datapath:
     def drop_counters(self) -> dict[str, int]:
         """Drops by reason over the whole fabric (including packets on ports the maps do not know)."""
         self._need()
-        t = self._bpf[b"drop_reasons"]
+        t = self._bpf[b"drop_reason_counts"]
         return {name: int(sum(t.getvalue(t.Key(i)))) for i, name in enumerate(DROP_REASONS)}
 
     def next_hops(self, switch: str, daddr: str) -> tuple[int, ...]:
@@ -263,7 +263,7 @@ class Datapath:
     def reset_counters(self) -> None:
         """Zero port and drop counters (e.g. between phases of a run)."""
         self._need()
-        for name in ("port_stats", "drop_reasons"):
+        for name in ("port_stats", "drop_reason_counts"):
             self._bpf[name.encode()].clear()      # arrays: clear() zeroes every element
 
     def close(self) -> None:
