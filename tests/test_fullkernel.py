@@ -52,10 +52,11 @@ def test_link_delay_with_netem(lab):
 
 
 def test_link_delay_keeps_the_rate(lab):
-    """A 2 ms delay line does not cost throughput: a back-pressured UDP sender still gets ~ the link rate."""
+    """A 2 ms delay line does not cost throughput: a back-pressured UDP sender still gets ~ the link rate.
+    4 Mbit/s: a Python sender under TCG manages ~1000 datagrams/s, so the link, not the CPU, must be the limit."""
     from conftest import udp_send
     scen = make_scenario(topology={"spines": 1, "leaves": 2, "hosts_per_leaf": 1,
-                                   "host_link": {"rate": "20mbit"}, "fabric_link": {"delay": "2ms"}})
+                                   "host_link": {"rate": "4mbit"}, "fabric_link": {"delay": "2ms"}})
     lb = lab(scen)
     rx = []
 
@@ -78,12 +79,12 @@ def test_link_delay_keeps_the_rate(lab):
     th = threading.Thread(target=lambda: netns.run_in(lb.fabric.ns["h1"], receive))
     th.start()
     time.sleep(0.3)
-    udp_send(lb, "h0", "h1", count=2000, sport=20001, size=1400)
+    udp_send(lb, "h0", "h1", count=800, sport=20001, size=1400)
     th.join(30)
     n, secs = rx[0]
     mbps = n * 8 / secs / 1e6
-    print(f"received {n} bytes in {secs:.2f} s = {mbps:.1f} Mbit/s of 20")
-    assert n >= 0.95 * 2000 * 1400 and 14 <= mbps <= 21, (n, secs, mbps)
+    print(f"received {n} bytes in {secs:.2f} s = {mbps:.1f} Mbit/s of 4 (payload)")
+    assert n >= 0.95 * 800 * 1400 and 3.3 <= mbps <= 4.2, (n, secs, mbps)
 
 
 def test_rxe_ib_write_bw_on_a_veth_pair():
@@ -138,7 +139,7 @@ def test_rxe_engine_writes_flows_csv(tmp_path):
     assert len(flows) >= 1 and (flows.filter(regex="bytes").iloc[:, 0] > 0).all(), flows
 
 
-def _red_reference(load_mbps: float = 30, link_mbps: float = 20, seconds: float = 3.0) -> dict:
+def _red_reference(load_mbps: float = 6, link_mbps: float = 4, seconds: float = 4.0) -> dict:
     """Kernel reference: UDP ECT(0) at ``load_mbps`` into a TBF(link) + RED(ecn) port; CE fraction at the receiver.
     RED: min 30 KB, max 90 KB, probability 0.1 — the same Kmin/Kmax/Pmax an eBPF marker is configured with."""
     a, b = "ftb-redref-a", "ftb-redref-b"
@@ -176,7 +177,7 @@ def _red_reference(load_mbps: float = 30, link_mbps: float = 20, seconds: float 
         def send():
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0x02)           # ECT(0)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUFFORCE, 8 << 20)
+            s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_SNDBUFFORCE", 32), 8 << 20)
             gap = 1000 * 8 / (load_mbps * 1e6)
             end = time.monotonic() + seconds
             t = time.monotonic()
