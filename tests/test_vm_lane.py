@@ -104,8 +104,9 @@ def test_vm_run_without_image_is_one_clear_line(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.skipif(not shutil.which("qemu-system-x86_64") or not vm.cached_image(),
-                    reason="no cached VM image (testbed vm build) or no qemu")
+@pytest.mark.skipif(os.environ.get("FTB_VM_SMOKE") != "1" or not shutil.which("qemu-system-x86_64")
+                    or not vm.cached_image(),
+                    reason="boots the VM (~30 s): set FTB_VM_SMOKE=1 with a cached image (testbed vm build)")
 def test_vm_run_exit_code_and_output_smoke():
     """Boots the cached image (~10-30 s under TCG): CMD's output and exit code come back."""
     out = []
