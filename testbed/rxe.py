@@ -5,8 +5,8 @@ Why hosts leave their namespaces
     **initial** network namespace only. An rxe device can be created on a veth inside a namespace, but its
     packets are then never sent ("Failed status 2" in ib_write_bw) and the namespace answers 4791 with ICMP
     port unreachable; ``rdma system set netns exclusive`` + ``rdma dev set … netns`` returns "Operation not
-    supported". Per-namespace rxe sockets (drivers/infiniband/sw/rxe/rxe_ns.c) only arrived upstream after the
-    6.12 kernels Debian ships for bookworm, so the lane does not rely on them.
+    supported". Per-namespace rxe sockets (drivers/infiniband/sw/rxe/rxe_ns.c) are newer upstream work; the
+    6.12 kernels Debian ships for bookworm were not tried, so the lane does not rely on them.
 What works (verified in the VM lane, tests/test_fullkernel.py)
     The rxe host's NIC is moved into the initial namespace (renamed, its address/shaping/neighbour re-applied);
     the rest of the fabric (switches, eBPF, other hosts) stays in namespaces. Because every rxe host's address is
