@@ -32,7 +32,7 @@ fi
 
 # ---- the venv: Debian's python with system site packages, so `import bcc` works inside it
 PY=/usr/bin/python3
-VENV=.venv
+VENV="${FTB_VENV:-.venv}"      # the VM image and Vagrant put it outside the (shared) project folder
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 if [ -x "$VENV/bin/python" ] && ! grep -qx 'include-system-site-packages = true' "$VENV/pyvenv.cfg" 2>/dev/null; then
     echo "setup: $VENV was made without --system-site-packages (bcc would not import); recreating it"

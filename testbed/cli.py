@@ -1,4 +1,4 @@
-"""The ``testbed`` command: run, up, down, status, exec, sweep, report, doctor, clean, bench.
+"""The ``testbed`` command: run, up, down, status, exec, sweep, report, doctor, clean, bench, vm.
 
 Every failure a user can cause (a wrong key, a missing kernel feature, no root, a name in use) ends as one line
 ``error: …`` on stderr and a non-zero exit, with nothing left in the kernel. FTB_DEBUG=1 shows tracebacks.
@@ -270,6 +270,55 @@ def bench(what, sizes, seconds):
         b.print_build([int(x) for x in sizes.split(",")])
     if what in ("pps", "all"):
         b.print_pps(seconds)
+
+
+@cli.group()
+def vm():
+    """Full-kernel lane: a cached Debian VM (QEMU) with rxe, netem, red (see testbed/vm.py)."""
+
+
+def _vm_call(fn, *a, **kw):
+    from .vm import VMError
+    try:
+        return fn(*a, **kw)
+    except VMError as e:
+        raise UserError(str(e)) from None
+
+
+@vm.command(name="build")
+@click.option("--force", is_flag=True, help="Rebuild even when an image for these inputs is cached.")
+def vm_build(force):
+    """debootstrap + vagrant/provision.sh → a cached ext4 image (keyed by the provisioning inputs)."""
+    from . import vm as vm_mod
+    img = _vm_call(vm_mod.build, force=force)
+    click.echo(f"image: {img.dir}")
+
+
+@vm.command(name="run", context_settings={"ignore_unknown_options": True})
+@click.option("--timeout", default=3600.0, help="Seconds before the guest is killed.")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def vm_run(timeout, cmd):
+    """Boot the image, run CMD as root in the shared project, stream output, return its exit code."""
+    from . import vm as vm_mod
+    sys.exit(_vm_call(vm_mod.run, list(cmd), timeout=timeout).returncode)
+
+
+@vm.command(name="test", context_settings={"ignore_unknown_options": True})
+@click.option("--timeout", default=3600.0, help="Seconds before the guest is killed.")
+@click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
+def vm_test(timeout, pytest_args):
+    """Run the tests marked fullkernel inside the VM (extra arguments go to pytest)."""
+    from . import vm as vm_mod
+    sys.exit(_vm_call(vm_mod.test, tuple(pytest_args), timeout=timeout).returncode)
+
+
+@vm.command(name="status")
+def vm_status():
+    """The image key for the current provisioning inputs and whether it is cached."""
+    import json
+
+    from . import vm as vm_mod
+    click.echo(json.dumps(vm_mod.status(), indent=2))
 
 
 def main() -> None:

@@ -223,6 +223,12 @@ class Batch:
         msg["attrs"] = [("TCA_KIND", "htb"), ("TCA_OPTIONS", params)]
         self.add(msg, RTM_NEWTCLASS, CREATE, f"htb class {classid >> 16:x}:{classid & 0xffff:x} on {what}")
 
+    def netem(self, ifindex: int, delay_us: int, limit_pkts: int, what: str) -> None:
+        """netem (handle 10:) as the child of the root TBF (1:), so the shaper's rate and queue stay at the root
+        and the delay line sits under it (see fabric.netem_limit)."""
+        params = tc_plugins["netem"].get_parameters({"delay": delay_us, "limit": limit_pkts})
+        self._qdisc(ifindex, "netem", 0xA0000, 0x10001, params, what)
+
     def clsact(self, ifindex: int, what: str) -> None:
         self._qdisc(ifindex, "clsact", 0xFFFF0000, TC_H_CLSACT, None, what)
 

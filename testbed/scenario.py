@@ -44,6 +44,15 @@ class Strict(BaseModel):
 class LinkSpec(Strict):
     rate: Rate = units.rate_bps("100mbit")
     buffer: Size = units.size_bytes("256KB")
+    # One-way propagation delay of the link (each direction), e.g. 50us. Emulated with netem under the shaping
+    # qdisc, so it needs a kernel with sch_netem (`testbed doctor`: netem) — a distribution kernel or the VM.
+    delay: Annotated[int, _unit(units.time_ns), Field(ge=0, le=1_000_000_000)] = 0
+
+    @model_validator(mode="after")
+    def _delay_in_us(self):
+        if self.delay and self.delay < 1000:
+            raise ValueError(f"delay: netem works in whole microseconds, got {self.delay} ns (use ≥ 1us or 0)")
+        return self
 
 
 class TopologySpec(Strict):

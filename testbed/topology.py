@@ -79,6 +79,7 @@ class Port:
     buffer_bytes: int
     rail: int
     address: str | None = None   # hosts only: the NIC's /32
+    delay_ns: int = 0            # propagation delay of the link leaving this port (netem under the shaper)
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,10 @@ def build(spec) -> Topology:
         ia, ib = next_ifindex, next_ifindex + 1
         next_ifindex += 2
         ls = spec.host_link if tier == "host" else spec.fabric_link
-        pa = Port(a, a_if, ia, mac_for(ia), b, b_if, ib, mac_for(ib), a_role, ls.rate, ls.buffer, rail, a_addr)
-        pb = Port(b, b_if, ib, mac_for(ib), a, a_if, ia, mac_for(ia), b_role, ls.rate, ls.buffer, rail)
+        pa = Port(a, a_if, ia, mac_for(ia), b, b_if, ib, mac_for(ib), a_role, ls.rate, ls.buffer, rail, a_addr,
+                  ls.delay)
+        pb = Port(b, b_if, ib, mac_for(ib), a, a_if, ia, mac_for(ia), b_role, ls.rate, ls.buffer, rail,
+                  delay_ns=ls.delay)
         topo.ports[a].append(pa)
         topo.ports[b].append(pb)
         link = Link(pa, pb, tier, ls.rate, ls.buffer)

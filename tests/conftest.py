@@ -17,11 +17,21 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTBED = [sys.executable, "-m", "testbed.cli"]
 
 
+def _distribution_kernel() -> bool:
+    """Loadable modules (rdma_rxe, sch_netem, sch_red …) — a distribution kernel, e.g. the VM lane's."""
+    return os.environ.get("FTB_FULLKERNEL") == "1" or os.path.exists("/proc/modules")
+
+
 def pytest_collection_modifyitems(config, items):
     if os.geteuid() != 0:
         skip = pytest.mark.skip(reason="needs root (network namespaces, tc, eBPF)")
         for item in items:
             if "e2e" in item.keywords:
+                item.add_marker(skip)
+    if not _distribution_kernel():
+        skip = pytest.mark.skip(reason="needs a distribution kernel (rxe, netem, red): run `testbed vm test`")
+        for item in items:
+            if "fullkernel" in item.keywords:
                 item.add_marker(skip)
 
 

@@ -49,14 +49,14 @@
 enum { MODE_ECMP = 0, MODE_FLOWLET = 1, MODE_SPRAY = 2 };
 enum { SPRAY_RANDOM = 0, SPRAY_ROUND_ROBIN = 1 };
 
-/* Drop reasons: index into port_stats.drops and drop_reasons. Mirrored in testbed/datapath DROP_REASONS. */
+/* Drop reasons: index into port_stats.drops and drop_reason_counts. Mirrored in testbed/datapath DROP_REASONS. */
 enum {
 	DROP_NOT_IPV4 = 0,        /* not an IPv4 frame (IPv6, ARP, …) */
 	DROP_MALFORMED = 1,       /* truncated or bad IPv4 header */
 	DROP_NO_ROUTE = 2,        /* no FIB entry for (switch, dst) */
 	DROP_EMPTY_GROUP = 3,     /* FIB entry with no next hop (unknown local address) */
 	DROP_TTL = 4,             /* TTL would expire */
-	DROP_NO_PORT = 5,         /* ingress ifindex is not a switch port (only in drop_reasons) */
+	DROP_NO_PORT = 5,         /* ingress ifindex is not a switch port (only in drop_reason_counts) */
 	DROP_BAD_EGRESS = 6,      /* next hop is not a known port: inconsistent maps */
 	DROP_MAX = 7,
 };

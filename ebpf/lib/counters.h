@@ -33,7 +33,7 @@ FTB_ALWAYS_INLINE int drop(__u32 ifindex, int reason)
 	if (r >= DROP_MAX)
 		r = DROP_MALFORMED;
 	key = r;
-	g = drop_reasons.lookup(&key);
+	g = drop_reason_counts.lookup(&key);
 	if (g)
 		(*g)++;
 	if (r != DROP_NO_PORT) {

@@ -14,7 +14,7 @@ BPF_TABLE("lru_hash", struct flow_key, struct flow_state, flows, FLOW_SIZE);
  * MAX_NH is large). Never written. */
 BPF_ARRAY(flow_zero, struct flow_state, 1);
 BPF_PERCPU_ARRAY(port_stats, struct port_stats, PORT_SLOTS);
-BPF_PERCPU_ARRAY(drop_reasons, __u64, DROP_MAX);
+BPF_PERCPU_ARRAY(drop_reason_counts, __u64, DROP_MAX);   /* not "drop_reasons": a kernel symbol in full headers */
 
 /* Congestion and flow control (lib/qos.h). */
 BPF_ARRAY(qos_config, struct qos_config, N_SWITCHES);

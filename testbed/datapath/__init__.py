@@ -8,7 +8,7 @@ of maps serve all switches: the port map tells which switch a packet arrived at.
 Maps (names as in ebpf/lib/maps.h): ``ports`` (array by ifindex → switch id, MACs), ``fib`` (LPM trie keyed by
 switch id + IPv4 destination → next-hop group), ``sw_config`` (array by switch id → mode, seed, flowlet
 timeout, spray kind), ``rr_next`` (round-robin counters), ``flows`` (LRU by switch + 5-tuple → flowlet state and
-packets per next-hop slot), ``port_stats`` (per-CPU array by ifindex), ``drop_reasons`` (per-CPU array).
+packets per next-hop slot), ``port_stats`` (per-CPU array by ifindex), ``drop_reason_counts`` (per-CPU array).
 """
 from __future__ import annotations
 
@@ -378,7 +378,7 @@ class Datapath:
     def drop_counters(self) -> dict[str, int]:
         """Drops by reason over the whole fabric (including packets on ports the maps do not know)."""
         self._need()
-        t = self._bpf[b"drop_reasons"]
+        t = self._bpf[b"drop_reason_counts"]
         return {name: int(sum(t.getvalue(t.Key(i)))) for i, name in enumerate(DROP_REASONS)}
 
     def next_hops(self, switch: str, daddr: str) -> tuple[int, ...]:
@@ -414,7 +414,7 @@ class Datapath:
     def reset_counters(self) -> None:
         """Zero port and drop counters (e.g. between phases of a run)."""
         self._need()
-        for name in ("port_stats", "drop_reasons", "queue_stats", "queue_max", "pfc_stats"):
+        for name in ("port_stats", "drop_reason_counts", "queue_stats", "queue_max", "pfc_stats"):
             self._bpf[name.encode()].clear()      # arrays: clear() zeroes every element
 
     def close(self) -> None:
