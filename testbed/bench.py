@@ -230,6 +230,7 @@ def measure_build(hosts: int, lab: str | None = None, floor: bool = True) -> Bui
         dp = Datapath(topo, scen.switch).load()
         t2 = time.perf_counter()
         fabric.attach_ingress(dp.ingress_fd, dp.ingress_name)
+        fabric.attach_nic_release(dp.nic_release_fd)
         t3 = time.perf_counter()
         res.up, res.up_fabric = t3 - t0, (t1 - t0) + (t3 - t2)
         res.phases["dp_compile"] = dp.compile_seconds or 0.0
@@ -279,6 +280,7 @@ def measure_up_overlapped(hosts: int, lab: str | None = None) -> float:
         if "error" in box:
             raise box["error"]
         fabric.attach_ingress(box["dp"].ingress_fd, box["dp"].ingress_name)
+        fabric.attach_nic_release(box["dp"].nic_release_fd)
         return time.perf_counter() - t0
     finally:
         try:
@@ -291,7 +293,7 @@ def measure_up_overlapped(hosts: int, lab: str | None = None) -> float:
             sentinel.close()
 
 
-PHASES = ("namespaces", "sockets", "links", "config", "offloads", "dp_compile", "dp_load", "attach", "teardown")
+PHASES = ("namespaces", "links", "config", "offloads", "dp_compile", "dp_load", "attach", "teardown")
 
 
 def _s(x: float | None, width: int = 7) -> str:
