@@ -26,7 +26,7 @@ import time
 
 from .. import netns
 from ..fabric import class_limit, port_classes, tbf_burst
-from ..netlink import tbf_change_message
+from ..netlink import qdisc_backlog, qdisc_get_message, tbf_change_message
 
 PFC_DST = bytes.fromhex("0180c2000001")
 ETH_P_MACCTL = 0x8808
@@ -111,6 +111,7 @@ class PfcAgent:
         self.pkt = {}             # ifindex → AF_PACKET socket (bypass) for PFC frames
         self.kick = {}            # ifindex → AF_PACKET socket (through the qdisc) for kick frames
         self.msgs = {}            # (ifindex, prio) → (pause bytes, resume bytes)
+        self.getq = {}            # (ifindex, prio) → RTM_GETQDISC of that class's TBF (its real backlog)
         ports = [p for sw in topo.switches for p in topo.ports[sw]]
         if scen.hosts.pfc:
             ports += [p for h in topo.hosts for p in topo.ports[h]]
@@ -135,6 +136,7 @@ class PfcAgent:
                     tbf_change_message(p.ifindex, minor << 16, 0x10000 | minor, PAUSE_RATE_BPS,
                                        topo.spec.mtu + 14, limit),
                     tbf_change_message(p.ifindex, minor << 16, 0x10000 | minor, p.rate_bps, burst, limit))
+                self.getq[(p.ifindex, prio)] = qdisc_get_message(p.ifindex, minor << 16, 0x10000 | minor)
 
     def start(self) -> None:
         self._prepare()
@@ -198,6 +200,7 @@ class _Agent:
         self.egress_since: dict[tuple[int, int], int] = {}
         self.samples = {"reaction_us": [], "apply_us": [], "leaked": []}
         self.errors: list[str] = []
+        self.resyncs = 0
         self.stop = False
         self.xon = {}
         for sw in owner.topo.switches:
@@ -284,6 +287,7 @@ class _Agent:
         now = self._now()
         self.paused[self.paused.Key(port * N_PRIO + prio)] = self.paused.Leaf(now)
         self.egress_since[key] = now
+        self._resync(port, prio, now)
         down = self.o.ports[port].peer_ifindex
         t_xoff = self.xoff_at.get((down, prio))
         if t_xoff:
@@ -297,16 +301,51 @@ class _Agent:
         idx = port * N_PRIO + prio
         self._netlink(port, self.o.msgs[key][1])
         now = self._now()
-        vk = self.vq.Key(idx)
-        v = self.vq[vk].value
-        if v > since:
-            self.vq[vk] = self.vq.Leaf(v + (now - since))     # the queue did not drain while paused
+        if not self._resync(port, prio, now):
+            vk = self.vq.Key(idx)
+            v = self.vq[vk].value
+            if v > since:
+                self.vq[vk] = self.vq.Leaf(v + (now - since))     # the queue did not drain while paused
         self.paused[self.paused.Key(idx)] = self.paused.Leaf(0)
         sk = self.stats.Key(idx)
         st = self.stats[sk]
         st.paused_ns += now - since
         self.stats[sk] = st
         self._kick(port, prio)
+
+    def _resync(self, port: int, prio: int, eff: int) -> bool:
+        """Set the queue model of (port, prio) to the class's real backlog, read while its serialiser is stopped
+        (just after a pause, or after a resume but before the kick that restarts HTB): the queue is frozen, so
+        the reading is exact. ``eff`` is the model's drain time base (pause start, or now at a resume).
+
+        Why: the model drains at the nominal rate and stops for the recorded pause, but the real shaper lets
+        extra bytes out around each pause (a TBF change refills its bucket: one frame leaks at the pause, a
+        burst leaves at the resume) and may fall behind its timers on a busy CPU. Under PFC the queue never
+        empties, so these errors accumulated (the model read 20–60 % high); resynchronising at every pause
+        and resume bounds the error to what one pause cycle adds. Packets the switch program accounts
+        between the two map accesses are kept (the difference of the two reads is added back)."""
+        msg = self.o.getq.get((port, prio))
+        if msg is None:
+            return False
+        ps = self.pq[self.pq.Key(port)].ps_per_byte
+        if not ps:                                           # a host NIC: no queue model
+            return False
+        vk = self.vq.Key(port * N_PRIO + prio)
+        v0 = self.vq[vk].value
+        p = self.o.ports[port]
+        s = self.o.nl[p.node]
+        try:
+            s.send(msg)
+            backlog = qdisc_backlog(s.recv(65536))
+        except OSError as e:
+            self.errors.append(f"qdisc get on {p.node}/{p.ifname}: {e}")
+            return False
+        if backlog is None:
+            return False
+        v1 = self.vq[vk].value
+        self.vq[vk] = self.vq.Leaf(eff + backlog * ps // 1000 + max(0, v1 - max(v0, eff)))
+        self.resyncs += 1
+        return True
 
     def _kick(self, port: int, prio: int):
         p = self.o.ports[port]
@@ -357,5 +396,6 @@ class _Agent:
             self.stats[sk] = st
         out = dict(self.samples)
         out["errors"] = self.errors[:20]
+        out["resyncs"] = self.resyncs
         os.write(self.wfd, json.dumps(out).encode())
         os.close(self.wfd)
