@@ -190,6 +190,31 @@ def test_pause_spreading_slows_an_innocent_flow_only_with_pfc(qlab):
     assert s_off["spine_paused_s"] == 0 and s_off["leaf2_up_pause_rx"] == 0
 
 
+def test_pfc_pauses_only_the_heavy_ingress(qlab):
+    """Xoff by ingress accounting: h1 (line rate) and h2 (5 Mbit/s) both send to h0 through leaf0, whose port to
+    h0 is congested. The queue is almost all h1's bytes, so only leaf0's port to h1 passes Xoff and sends pause
+    frames; h2's ingress holds ~1/9 of the queue, stays below Xoff and is never paused. Pausing every port that
+    feeds a queue above Xoff (egress-triggered) would pause h2 about as often as h1."""
+    scen = pfc_scenario(True, leaves=2, hosts_per_leaf=3)
+    lb = qlab(scen)
+    topo = lb.topo
+    fl = flows_to(lb, scen, [("h1", "h0"), ("h2", "h0")], dscp=26)
+    fl[1].rate_bps = 5_000_000
+    res = run_flows(lb, fl, 2.0)
+    pf = lb.datapath.pfc_counters()
+    q = lb.datapath.queue_counters()
+    heavy, light = topo.port_named("leaf0", "h1").ifindex, topo.port_named("leaf0", "h2").ifindex
+    h0 = topo.port_named("leaf0", "h0").ifindex
+    print(f"\n[pfc ingress] pause_tx heavy {pf[(heavy, 3)][0]}, light {pf[(light, 3)][0]}; "
+          f"xoff heavy {q[(heavy, 3)].xoff_events}, light {q[(light, 3)].xoff_events}; "
+          f"h0 port queue max {q[(h0, 3)].depth_max} B; goodput {[round(r.goodput_mbps, 1) for r in res]}")
+    assert q[(h0, 3)].depth_max > 30 * 1024                    # the egress queue did pass Xoff
+    assert pf[(heavy, 3)][0] >= 10
+    assert pf[(light, 3)][0] == 0 and q[(light, 3)].xoff_events == 0
+    assert sum(c.drops for c in q.values()) == 0 and sum(r.lost for r in res) == 0
+    assert res[1].goodput_mbps >= 0.9 * 5 * 1480 / 1514 * 0.98      # the light flow is not slowed
+
+
 @pytest.mark.skipif(not shutil.which("tshark"), reason="needs tshark")
 def test_pfc_frames_decode_in_tshark(qlab, tmp_path):
     scen = pfc_scenario(True, leaves=2, hosts_per_leaf=3)

@@ -5,9 +5,10 @@ port has HTB with one class per priority and a TBF leaf under each; pausing a pr
 tiny rate, resuming changes it back and sends one small "kick" frame so HTB dequeues at once.
 
 One forked process (SCHED_FIFO when allowed) does all of it, blocked on the BPF ring buffer:
-- EVT_XOFF (a lossless egress queue passed Xoff; the packet came in on port P): send a PFC frame out of P
-  (quanta 0xffff for that priority). Then watch the queue; when the model says it is below Xon, send a PFC frame
-  with quanta 0 (Xon) and record how long after Xoff the last lossless frame still arrived on P (the reaction).
+- EVT_XOFF (the bytes that came in on port P at a lossless priority and still sit in the switch's egress queues
+  passed Xoff — ingress accounting, lib/qos.h): send a PFC frame out of P (quanta 0xffff for that priority).
+  Then watch that ingress's queued bytes (``ingress_queued``); when they fall to Xon, send a PFC frame with
+  quanta 0 (Xon) and record how long after Xoff the last lossless frame still arrived on P (the reaction).
 - EVT_PFC_RX (a PFC frame arrived on port Q, switch or host NIC): pause/resume Q's classes as the frame says,
   with pre-encoded netlink messages on a raw socket per namespace, and tell the queue model (egress_paused).
 PFC frames leave through AF_PACKET with PACKET_QDISC_BYPASS: like MAC control frames in hardware they do not
@@ -86,6 +87,41 @@ def summarize_reactions(samples: dict) -> dict:
         xs = samples.get(key) or []
         out[key] = {"n": len(xs), "p50": _pct(xs, 50), "p99": _pct(xs, 99), "max": max(xs) if xs else None}
     return out
+
+
+def queue_sent(bpf, port: int, prio: int, now: int) -> int:
+    """Bytes the model's egress queue (port, prio) has sent so far: enqueued − depth (qos_sent in lib/qos.h)."""
+    k = port * N_PRIO + prio
+    ps = bpf[b"port_qos"][bpf[b"port_qos"].Key(port)].ps_per_byte
+    if not ps:
+        return 0
+    eff = now
+    paused = bpf[b"egress_paused"][bpf[b"egress_paused"].Key(k)].value
+    if paused and paused < now:
+        eff = paused
+    v = bpf[b"vq"][bpf[b"vq"].Key(k)].value
+    en = bpf[b"vq_enq"][bpf[b"vq_enq"].Key(k)].value
+    depth = (v - eff) * 1000 // ps if v > eff else 0
+    return max(0, en - depth)
+
+
+def ingress_queued(bpf, slots: int, port: int, prio: int, now: int | None = None) -> int:
+    """Bytes that arrived on ingress (port, prio) and still sit in some egress queue of its switch: the PFC
+    ingress accounting of lib/qos.h (ingress_recount), read without writing (the switch program owns it)."""
+    now = now if now is not None else time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    t = bpf[b"ingress_acct"]
+    total = 0
+    base = (port * N_PRIO + prio) * slots
+    for s in range(slots):
+        c = t[t.Key(base + s)]
+        if not c.bytes:
+            continue
+        sent = queue_sent(bpf, c.port, prio, now)
+        if sent <= c.start:
+            total += c.bytes
+        elif sent < c.end and c.end > c.start:
+            total += c.bytes * (c.end - sent) // (c.end - c.start)
+    return total
 
 
 class PfcEvent(ct.Structure):                       # struct pfc_event (ebpf/lib/common.h)
@@ -201,6 +237,7 @@ class _Agent:
         self.samples = {"reaction_us": [], "apply_us": [], "leaked": []}
         self.errors: list[str] = []
         self.resyncs = 0
+        self.slots = owner.dp.sizes["ACCT_SLOTS"]
         self.stop = False
         self.xon = {}
         for sw in owner.topo.switches:
@@ -359,22 +396,11 @@ class _Agent:
 
     # ---- Xon
 
-    def _depth(self, port: int, prio: int) -> int:
-        idx = port * N_PRIO + prio
-        ps = self.pq[self.pq.Key(port)].ps_per_byte
-        if not ps:
-            return 0
-        now = self._now()
-        paused = self.paused[self.paused.Key(idx)].value
-        eff = paused if paused and paused < now else now
-        v = self.vq[self.vq.Key(idx)].value
-        return (v - eff) * 1000 // ps if v > eff else 0
-
     def _check_xon(self):
         for key, (t_xoff, cause) in list(self.watch.items()):
             port, prio = key
             sw = self.o.topo.port(port).node
-            if self._depth(cause, prio) > self.xon[sw]:
+            if ingress_queued(self.bpf, self.slots, port, prio, self._now()) > self.xon[sw]:
                 continue
             self._send_pfc(port, 1 << prio, 0)
             del self.watch[key]
