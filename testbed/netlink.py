@@ -94,6 +94,29 @@ def tbf_change_message(ifindex: int, handle: int, parent: int, rate_bps: int, bu
     return bytes(msg.data)
 
 
+def qdisc_get_message(ifindex: int, handle: int, parent: int, seq: int = 1) -> bytes:
+    """A pre-encoded RTM_GETQDISC request for one qdisc (the leaf under class ``parent``): its answer carries
+    the qdisc's own backlog (parse it with ``qdisc_backlog``). The PFC agent reads a paused class's queue."""
+    return struct.pack("IHHII", 36, RTM_GETQDISC, NLM_F_REQUEST | 0x8, seq, 0) + struct.pack("BBHiIII", 0, 0, 0, ifindex,
+                                                                                      handle, parent, 0)
+
+
+def qdisc_backlog(reply: bytes) -> int | None:
+    """Backlog (bytes) in the RTM_NEWQDISC answer to ``qdisc_get_message``; None on an error answer."""
+    if len(reply) < 16 or struct.unpack_from("H", reply, 4)[0] != RTM_NEWQDISC:
+        return None
+    length = struct.unpack_from("I", reply, 0)[0]
+    a = 36
+    while a + 4 <= min(length, len(reply)):
+        alen, atype = struct.unpack_from("HH", reply, a)
+        if alen < 4:
+            break
+        if atype == 3 and alen >= 4 + 36:                    # TCA_STATS: struct tc_stats
+            return struct.unpack_from("QIIIIIII", reply, a + 4)[7]
+        a += (alen + 3) & ~3
+    return None
+
+
 class Batch:
     """Requests for one namespace's socket, sent by ``commit()``."""
 

@@ -105,8 +105,8 @@ class EcnSpec(Strict):
 
 
 class PfcSpec(Strict):
-    """PFC of the lossless priorities: Xoff/Xon thresholds on the egress queue a lossless packet joins (bytes),
-    headroom reserved per ingress port for what arrives after Xoff."""
+    """PFC of the lossless priorities: Xoff/Xon thresholds on the bytes that arrived on one ingress port (per
+    priority) and are still queued in the switch, headroom per ingress port for what arrives after Xoff."""
     enabled: bool = False
     xoff: Size = units.size_bytes("32KB")
     xon: Size = units.size_bytes("16KB")

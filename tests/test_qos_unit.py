@@ -83,7 +83,7 @@ def loaded(topo, scen, netns_ports):
 @pytest.fixture
 def dp(loaded):
     loaded.reset_counters()
-    for name in (b"vq", b"ingress_pause", b"egress_paused"):
+    for name in (b"vq", b"ingress_pause", b"egress_paused", b"vq_enq", b"ingress_acct", b"ingress_bytes"):
         loaded.bpf[name].clear()
     return loaded
 
@@ -177,29 +177,99 @@ def test_tail_drop_lossy_counted_per_port_and_class(dp, topo):
     assert q[(out.ifindex, 3)].drops == 0
 
 
-def test_lossless_not_dropped_at_buffer_and_raises_xoff_once(dp, topo):
+def freeze(dp, out, prio):
+    """Stop the model's queue (out, prio) from draining (as during a PFC pause): byte counts stay exact."""
+    t = dp.bpf[b"egress_paused"]
+    t[t.Key(out.ifindex * N_PRIO + prio)] = t.Leaf(time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+
+
+def other_ingress(topo):
+    """A second ingress of leaf0 feeding the same egress (the port facing spine0)."""
+    return topo.port(topo.port_named("spine0", "leaf0").ifindex).peer_ifindex
+
+
+def from_port(topo, ifindex, tos):
+    inp = topo.port(ifindex)
+    return bytes(Ether(src=inp.peer_mac, dst=inp.mac) / IP(src="10.9.9.9", dst=topo.address("h1"), tos=tos)
+                 / UDP(sport=1000, dport=2000) / Raw(b"x" * 1000))
+
+
+def test_lossless_not_dropped_at_buffer(dp, topo):
     inp, out = ports(topo)
-    tos = 26 << 2
-    f = bytes(pkt(topo, tos=tos))
+    f = bytes(pkt(topo, tos=26 << 2))
     set_depth(dp, out, 3, BUFFER + 1000)                           # above the lossy buffer: kept
     verdict, o = run(dp, f, inp.ifindex)
     assert verdict == TC_ACT_REDIRECT
     q = dp.queue_counters(ports=[inp.ifindex, out.ifindex])
     assert q[(out.ifindex, 3)].drops == 0 and q[(out.ifindex, 3)].packets == 1
-    assert q[(inp.ifindex, 3)].xoff_events == 1
+
+
+def test_xoff_by_ingress_accounting_once(dp, topo):
+    """Xoff when the bytes this ingress has queued in the switch pass Xoff (not the egress depth): exactly at
+    the packet that crosses it, once."""
+    inp, out = ports(topo)
+    freeze(dp, out, 3)
+    f = bytes(pkt(topo, tos=26 << 2))
+    size = len(f)
+    n_cross = XOFF // size + 1                                      # the first packet with n × size > XOFF
+    for i in range(1, n_cross + 3):
+        run(dp, f, inp.ifindex)
+        xo = dp.queue_counters(ports=[inp.ifindex])[(inp.ifindex, 3)].xoff_events
+        assert xo == (1 if i >= n_cross else 0), (i, xo)
+        assert dp.ingress_queued(inp.ifindex, 3) == i * size
     ip = dp.bpf[b"ingress_pause"][dp.bpf[b"ingress_pause"].Key(inp.ifindex * N_PRIO + 3)]
     assert ip.xoff_ns > 0 and ip.cause == out.ifindex
-    f = bytes(pkt(topo, tos=tos))
-    set_depth(dp, out, 3, BUFFER + 1000)
-    run(dp, f, inp.ifindex)                        # already paused: no second Xoff
-    q = dp.queue_counters(ports=[inp.ifindex])
+
+
+def test_xoff_pauses_only_the_ingress_that_filled_the_queue(dp, topo):
+    """A deep egress queue filled by one ingress: a packet from another ingress into the same queue does not
+    raise Xoff for its port (an egress-triggered pause would), and the heavy ingress is the one paused."""
+    inp, out = ports(topo)
+    light = other_ingress(topo)
+    freeze(dp, out, 3)
+    heavy = bytes(pkt(topo, tos=26 << 2))
+    for _ in range(XOFF // len(heavy) + 10):                       # queue ~ XOFF + 10 frames, all from h0
+        run(dp, heavy, inp.ifindex)
+    assert dp.queue_depth(out.ifindex, 3) > XOFF
+    verdict, _ = run(dp, from_port(topo, light, 26 << 2), light)
+    assert verdict == TC_ACT_REDIRECT
+    q = dp.queue_counters(ports=[inp.ifindex, light])
     assert q[(inp.ifindex, 3)].xoff_events == 1
+    assert q[(light, 3)].xoff_events == 0
+    assert 0 < dp.ingress_queued(light, 3) < 2000
+
+
+def test_ingress_bytes_leave_with_the_egress_drain(dp, topo):
+    """Drained bytes are taken off the ingresses in proportion: two ingresses with 3:1 shares of one queue keep
+    that ratio as the queue drains, and both reach 0 when it is empty."""
+    inp, out = ports(topo)
+    light = other_ingress(topo)
+    freeze(dp, out, 3)
+    a, b = bytes(pkt(topo, tos=26 << 2)), from_port(topo, light, 26 << 2)
+    for _ in range(10):
+        for f, port in ((a, inp.ifindex), (a, inp.ifindex), (a, inp.ifindex), (b, light)):
+            run(dp, f, port)
+    total = dp.queue_depth(out.ifindex, 3)
+    qa, qb = dp.ingress_queued(inp.ifindex, 3), dp.ingress_queued(light, 3)
+    assert qa + qb == total and abs(qa / qb - 3) < 0.05
+    # let half of it drain: move the pause start 50 % of the queue's time earlier … then un-pause
+    ps = dp.bpf[b"port_qos"][dp.bpf[b"port_qos"].Key(out.ifindex)].ps_per_byte
+    vt = dp.bpf[b"vq"]
+    k = vt.Key(out.ifindex * N_PRIO + 3)
+    now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    vt[k] = vt.Leaf(now + (total // 2) * ps // 1000)
+    dp.bpf[b"egress_paused"].clear()
+    qa2, qb2 = dp.ingress_queued(inp.ifindex, 3), dp.ingress_queued(light, 3)
+    assert abs((qa2 + qb2) - total / 2) < 0.03 * total
+    assert abs(qa2 / qb2 - 3) < 0.3
+    vt[k] = vt.Leaf(now - 1)                                        # empty
+    assert dp.ingress_queued(inp.ifindex, 3) == 0 and dp.ingress_queued(light, 3) == 0
 
 
 def test_below_xoff_no_pause(dp, topo):
     inp, out = ports(topo)
     f = bytes(pkt(topo, tos=26 << 2))
-    set_depth(dp, out, 3, XOFF - 5000)
+    set_depth(dp, out, 3, XOFF + 50_000)                           # a deep queue, but not from this ingress
     run(dp, f, inp.ifindex)
     assert dp.queue_counters(ports=[inp.ifindex])[(inp.ifindex, 3)].xoff_events == 0
 

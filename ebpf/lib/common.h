@@ -19,6 +19,9 @@
 #ifndef PORT_SLOTS
 #define PORT_SLOTS 1024           /* port maps are arrays indexed by ifindex: largest ifindex + 1 */
 #endif
+#ifndef ACCT_SLOTS
+#define ACCT_SLOTS 8              /* most ports of one switch: an ingress feeds at most that many egress ports */
+#endif
 #ifndef N_SWITCHES
 #define N_SWITCHES 64
 #endif
@@ -80,7 +83,7 @@ struct qos_config {               /* qos_config[switch_id] */
 	__u32 pfc;                /* 1: PFC on for the lossless priorities */
 	__u32 ecn_on;             /* bit per priority */
 	__u32 pad;
-	__u64 xoff;               /* bytes of the egress queue a lossless packet joins */
+	__u64 xoff;               /* bytes of one ingress (port, priority) still queued in the switch */
 	__u64 kmin[N_PRIO];
 	__u64 kmax[N_PRIO];
 	__u64 pmax[N_PRIO];       /* probability at kmax, scaled by 2^32 */
@@ -90,7 +93,7 @@ struct port_qos {                 /* port_qos[ifindex]: the egress port's serial
 	__u64 ps_per_byte;        /* 8e12 / rate (picoseconds per byte); 0 = no queue model */
 	__u64 buffer;             /* bytes per queue; lossy packets beyond it are tail-dropped */
 	__u32 classes;            /* 1: HTB with one class per priority (skb->priority selects it) */
-	__u32 pad;
+	__u32 local;              /* index of the port within its switch (0 .. ACCT_SLOTS − 1) */
 	__u64 lossless_limit;     /* bytes the qdisc holds for a lossless queue: beyond, it is lost anyway */
 };
 
@@ -110,6 +113,20 @@ struct ingress_pause {            /* ingress_pause[ifindex * N_PRIO + prio]: PFC
 	__u64 last_ns;            /* last lossless arrival on it while paused (measures the upstream reaction) */
 	__u32 cause;              /* the egress port whose queue passed Xoff */
 	__u32 leaked;             /* packets that arrived after Xoff */
+};
+
+/* PFC ingress accounting: the bytes that arrived on ingress (port, prio) and still sit in an egress queue of the
+ * switch, one record per egress port it fed: ingress_acct[(in * N_PRIO + prio) * ACCT_SLOTS + local(out)].
+ * Positions are in the egress queue's byte stream (vq_enq: cumulative bytes enqueued); the queue has sent
+ * everything up to D = vq_enq − depth. The ingress's `bytes` lie between `start` and `end` of that stream,
+ * interleaved with other ingresses' bytes: all gone once D ≥ end, and in between they are taken to be spread
+ * evenly (the drained part is attributed proportionally). */
+struct ingress_chunk {
+	__u64 start;              /* stream position before the oldest of these bytes that may still be queued */
+	__u64 end;                /* position just after the newest */
+	__u64 bytes;              /* this ingress's bytes still counted in the queue */
+	__u32 port;               /* the egress port (ifindex) */
+	__u32 pad;
 };
 
 struct pfc_event {

@@ -22,6 +22,9 @@ BPF_ARRAY(port_qos, struct port_qos, PORT_SLOTS);
 BPF_ARRAY(vq, __u64, PORT_SLOTS * N_PRIO);              /* virtual finish time (ns) of each egress queue */
 BPF_ARRAY(egress_paused, __u64, PORT_SLOTS * N_PRIO);   /* paused since (ns), 0 = running; written by the agent */
 BPF_ARRAY(ingress_pause, struct ingress_pause, PORT_SLOTS * N_PRIO);
+BPF_ARRAY(vq_enq, __u64, PORT_SLOTS * N_PRIO);          /* bytes ever enqueued into each egress queue */
+BPF_ARRAY(ingress_acct, struct ingress_chunk, PORT_SLOTS * N_PRIO * ACCT_SLOTS);
+BPF_ARRAY(ingress_bytes, __u64, PORT_SLOTS * N_PRIO);   /* running sum of an ingress's chunks (refreshed lazily) */
 BPF_PERCPU_ARRAY(queue_stats, struct queue_stats, PORT_SLOTS * N_PRIO);
 BPF_PERCPU_ARRAY(queue_max, __u64, PORT_SLOTS * N_PRIO); /* max depth seen; zeroed by the telemetry reader */
 BPF_RINGBUF_OUTPUT(pfc_events, 16);

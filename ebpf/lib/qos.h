@@ -4,6 +4,9 @@
  * (egress port, priority) queue is a virtual queue: `vq` holds the time at which it would be empty if it drained
  * at the port rate; an arriving packet sees depth = (vq − now) × rate and pushes vq by its serialisation time.
  * While the port's priority is paused by PFC (`egress_paused`, written by the agent) the queue does not drain.
+ * PFC Xoff follows ingress accounting, as in a switch: each lossless byte is charged to its ingress (port,
+ * priority) until its egress queue has sent it (struct ingress_chunk); an ingress whose queued bytes pass Xoff
+ * is paused, whatever the other ingresses feeding the same egress do. The agent sends Xon when they fall to Xon.
  * Telemetry compares this model with the qdisc's real backlog read from netlink.
  *
  * Called by the ingress program just before bpf_redirect to the egress port (the same point a separate egress
@@ -82,15 +85,71 @@ FTB_ALWAYS_INLINE int ecn_should_mark(__u64 depth, __u64 kmin, __u64 kmax, __u64
 	return (__u64)r < pmax * (depth - kmin) / (kmax - kmin);
 }
 
+/* Bytes egress queue (port, prio) has sent so far in the model: enqueued − depth now. */
+FTB_ALWAYS_INLINE __u64 qos_sent(__u32 port, __u64 prio, __u64 now)
+{
+	__u32 k = port * N_PRIO + prio;
+	struct port_qos *pq = port_qos.lookup(&port);
+	__u64 *vt = vq.lookup(&k), *en = vq_enq.lookup(&k), *pa = egress_paused.lookup(&k);
+	__u64 eff = now, depth = 0;
+
+	if (!pq || !vt || !en || !pq->ps_per_byte)
+		return 0;
+	if (pa && *pa && *pa < now)
+		eff = *pa;
+	if (*vt > eff)
+		depth = (*vt - eff) * 1000 / pq->ps_per_byte;
+	return *en > depth ? *en - depth : 0;
+}
+
+/* Take out of a chunk what its queue has sent (it has sent everything up to stream position `sent`); returns
+ * the bytes that left. Between start and end the chunk's bytes are taken as evenly spread. */
+FTB_ALWAYS_INLINE __u64 chunk_drain(struct ingress_chunk *c, __u64 sent)
+{
+	__u64 rem, gone;
+
+	if (!c->bytes || sent <= c->start)
+		return 0;
+	if (sent >= c->end || c->end <= c->start) {
+		gone = c->bytes;
+		c->bytes = 0;
+		c->start = c->end;
+		return gone;
+	}
+	rem = c->bytes * (c->end - sent) / (c->end - c->start);
+	gone = c->bytes - rem;
+	c->bytes = rem;
+	c->start = sent;
+	return gone;
+}
+
+/* Recount every chunk of ingress (port, prio) `ki`: the bytes of it still queued anywhere in the switch. */
+FTB_ALWAYS_INLINE __u64 ingress_recount(__u32 ki, __u64 prio, __u64 now)
+{
+	__u64 total = 0;
+
+	for (__u32 s = 0; s < ACCT_SLOTS; s++) {
+		__u32 ck = ki * ACCT_SLOTS + s;
+		struct ingress_chunk *c = ingress_acct.lookup(&ck);
+		if (!c || !c->bytes)
+			continue;
+		chunk_drain(c, qos_sent(c->port, prio, now));
+		total += c->bytes;
+	}
+	return total;
+}
+
 /* Account a packet of switch `sw`, arrived on `in`, leaving through `out`. Returns 0 to forward it, -1 when it
- * is tail-dropped (lossy priority, queue full). May CE-mark it and sets skb->priority to its HTB class. */
+ * is tail-dropped (lossy priority, queue full). May CE-mark it, may raise Xoff for its ingress (PFC, lossless
+ * priorities) and sets skb->priority to its HTB class. */
 FTB_ALWAYS_INLINE int qos_egress(struct __sk_buff *skb, __u32 sw, __u32 in, __u32 out, __u8 tos)
 {
 	struct port_qos *pq = port_qos.lookup(&out);
 	struct qos_config *cfg;
 	struct queue_stats *qs;
 	struct ingress_pause *ip;
-	__u64 prio, now, eff, v, depth, len = skb->len, ps, *vt, *pa, *mx;
+	struct ingress_chunk *ch;
+	__u64 prio, now, eff, v, depth, len = skb->len, ps, *vt, *pa, *mx, *en, *ib, pos, sent, acc, gone;
 	__u32 k, ki, lossless, ecn;
 
 	if (!pq || !pq->ps_per_byte)
@@ -142,10 +201,32 @@ FTB_ALWAYS_INLINE int qos_egress(struct __sk_buff *skb, __u32 sw, __u32 in, __u3
 	if (mx && depth > *mx)
 		*mx = depth;
 
-	if (lossless && cfg->pfc) {
+	/* PFC by ingress accounting: charge this packet to its ingress (port, priority) at its position in the
+	 * egress queue's byte stream; Xoff when the bytes of that ingress still queued in the switch pass Xoff. */
+	en = vq_enq.lookup(&k);
+	if (en) {
+		pos = *en;
+		*en = pos + len;
+	}
+	if (lossless && cfg->pfc && en) {
 		ki = in * N_PRIO + prio;
+		__u32 ck = ki * ACCT_SLOTS + (pq->local < ACCT_SLOTS ? pq->local : 0);
+		ch = ingress_acct.lookup(&ck);
+		ib = ingress_bytes.lookup(&ki);
 		ip = ingress_pause.lookup(&ki);
-		if (ip) {
+		if (ch && ib && ip) {
+			sent = pos > depth ? pos - depth : 0;
+			gone = chunk_drain(ch, sent);
+			if (!ch->bytes)
+				ch->start = pos;
+			ch->bytes += len;
+			ch->end = pos + len;
+			ch->port = out;
+			acc = *ib > gone ? *ib - gone : 0;
+			acc += len;
+			if (acc > cfg->xoff && !ip->xoff_ns)
+				acc = ingress_recount(ki, prio, now);    /* the other chunks may have drained meanwhile */
+			*ib = acc;
 			if (ip->xoff_ns) {
 				/* frames still arriving after Xoff: the upstream's reaction (a long pause leaks ~1
 				 * frame per 1.5 s through the paused TBF; those are not part of the reaction) */
@@ -153,7 +234,7 @@ FTB_ALWAYS_INLINE int qos_egress(struct __sk_buff *skb, __u32 sw, __u32 in, __u3
 					ip->last_ns = now;
 					ip->leaked++;
 				}
-			} else if (depth + len > cfg->xoff) {
+			} else if (acc > cfg->xoff) {
 				struct pfc_event ev = {};
 				struct queue_stats *qi = queue_stats.lookup(&ki);
 				ip->xoff_ns = now;

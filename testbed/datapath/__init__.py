@@ -138,6 +138,7 @@ class Datapath:
             "MAX_NH": self.max_nh,
             "PORT_SLOTS": max([1] + [p.ifindex for ps in topo.ports.values() for p in ps]) + 1,
             "N_SWITCHES": max(1, len(topo.switch_ids)),
+            "ACCT_SLOTS": max([1] + [len(topo.ports[sw]) for sw in topo.switches]),
             "FIB_SIZE": len(topo.fib) + 16,
             "FLOW_SIZE": min(65536, max(4096, _pow2(2 * hosts * hosts))),
         }
@@ -230,8 +231,9 @@ class Datapath:
                 v.kmin[prio], v.kmax[prio] = e.kmin, e.kmax
                 v.pmax[prio] = min(int(round(e.pmax * 2**32)), 2**32)
             cfg_t[cfg_t.Key(self.topo.switch_ids[sw])] = v
-            for p in self.topo.ports[sw]:
+            for local, p in enumerate(self.topo.ports[sw]):
                 w = pq_t.Leaf()
+                w.local = local
                 w.ps_per_byte = max(1, 8 * 10**12 // p.rate_bps)
                 w.buffer = self.port_buffer(p)
                 w.classes = classes
@@ -287,6 +289,13 @@ class Datapath:
                 since = pa[pa.Key(k)].value
                 out[(ifx, prio)] = (int(v.pause_tx), int(v.paused_ns) + (now - since if 0 < since < now else 0))
         return out
+
+    def ingress_queued(self, ifindex: int, prio: int) -> int:
+        """PFC ingress accounting: bytes that arrived on (ifindex, prio) and still sit in the switch's egress
+        queues (what Xoff/Xon compare against)."""
+        self._need()
+        from .pfc import ingress_queued
+        return ingress_queued(self._bpf, self.sizes["ACCT_SLOTS"], ifindex, prio)
 
     def queue_depth(self, ifindex: int, prio: int | None = None) -> int:
         """The model's depth of a port's queue (one priority, or all) now, in bytes."""

@@ -5,9 +5,10 @@ port has HTB with one class per priority and a TBF leaf under each; pausing a pr
 tiny rate, resuming changes it back and sends one small "kick" frame so HTB dequeues at once.
 
 One forked process (SCHED_FIFO when allowed) does all of it, blocked on the BPF ring buffer:
-- EVT_XOFF (a lossless egress queue passed Xoff; the packet came in on port P): send a PFC frame out of P
-  (quanta 0xffff for that priority). Then watch the queue; when the model says it is below Xon, send a PFC frame
-  with quanta 0 (Xon) and record how long after Xoff the last lossless frame still arrived on P (the reaction).
+- EVT_XOFF (the bytes that came in on port P at a lossless priority and still sit in the switch's egress queues
+  passed Xoff — ingress accounting, lib/qos.h): send a PFC frame out of P (quanta 0xffff for that priority).
+  Then watch that ingress's queued bytes (``ingress_queued``); when they fall to Xon, send a PFC frame with
+  quanta 0 (Xon) and record how long after Xoff the last lossless frame still arrived on P (the reaction).
 - EVT_PFC_RX (a PFC frame arrived on port Q, switch or host NIC): pause/resume Q's classes as the frame says,
   with pre-encoded netlink messages on a raw socket per namespace, and tell the queue model (egress_paused).
 PFC frames leave through AF_PACKET with PACKET_QDISC_BYPASS: like MAC control frames in hardware they do not
@@ -26,7 +27,7 @@ import time
 
 from .. import netns
 from ..fabric import class_limit, port_classes, tbf_burst
-from ..netlink import tbf_change_message
+from ..netlink import qdisc_backlog, qdisc_get_message, tbf_change_message
 
 PFC_DST = bytes.fromhex("0180c2000001")
 ETH_P_MACCTL = 0x8808
@@ -88,6 +89,41 @@ def summarize_reactions(samples: dict) -> dict:
     return out
 
 
+def queue_sent(bpf, port: int, prio: int, now: int) -> int:
+    """Bytes the model's egress queue (port, prio) has sent so far: enqueued − depth (qos_sent in lib/qos.h)."""
+    k = port * N_PRIO + prio
+    ps = bpf[b"port_qos"][bpf[b"port_qos"].Key(port)].ps_per_byte
+    if not ps:
+        return 0
+    eff = now
+    paused = bpf[b"egress_paused"][bpf[b"egress_paused"].Key(k)].value
+    if paused and paused < now:
+        eff = paused
+    v = bpf[b"vq"][bpf[b"vq"].Key(k)].value
+    en = bpf[b"vq_enq"][bpf[b"vq_enq"].Key(k)].value
+    depth = (v - eff) * 1000 // ps if v > eff else 0
+    return max(0, en - depth)
+
+
+def ingress_queued(bpf, slots: int, port: int, prio: int, now: int | None = None) -> int:
+    """Bytes that arrived on ingress (port, prio) and still sit in some egress queue of its switch: the PFC
+    ingress accounting of lib/qos.h (ingress_recount), read without writing (the switch program owns it)."""
+    now = now if now is not None else time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    t = bpf[b"ingress_acct"]
+    total = 0
+    base = (port * N_PRIO + prio) * slots
+    for s in range(slots):
+        c = t[t.Key(base + s)]
+        if not c.bytes:
+            continue
+        sent = queue_sent(bpf, c.port, prio, now)
+        if sent <= c.start:
+            total += c.bytes
+        elif sent < c.end and c.end > c.start:
+            total += c.bytes * (c.end - sent) // (c.end - c.start)
+    return total
+
+
 class PfcEvent(ct.Structure):                       # struct pfc_event (ebpf/lib/common.h)
     _fields_ = [("ts", ct.c_uint64), ("kind", ct.c_uint32), ("port", ct.c_uint32), ("prio", ct.c_uint32),
                 ("cause", ct.c_uint32), ("quanta", ct.c_uint16 * N_PRIO)]
@@ -111,6 +147,7 @@ class PfcAgent:
         self.pkt = {}             # ifindex → AF_PACKET socket (bypass) for PFC frames
         self.kick = {}            # ifindex → AF_PACKET socket (through the qdisc) for kick frames
         self.msgs = {}            # (ifindex, prio) → (pause bytes, resume bytes)
+        self.getq = {}            # (ifindex, prio) → RTM_GETQDISC of that class's TBF (its real backlog)
         ports = [p for sw in topo.switches for p in topo.ports[sw]]
         if scen.hosts.pfc:
             ports += [p for h in topo.hosts for p in topo.ports[h]]
@@ -135,6 +172,7 @@ class PfcAgent:
                     tbf_change_message(p.ifindex, minor << 16, 0x10000 | minor, PAUSE_RATE_BPS,
                                        topo.spec.mtu + 14, limit),
                     tbf_change_message(p.ifindex, minor << 16, 0x10000 | minor, p.rate_bps, burst, limit))
+                self.getq[(p.ifindex, prio)] = qdisc_get_message(p.ifindex, minor << 16, 0x10000 | minor)
 
     def start(self) -> None:
         self._prepare()
@@ -198,6 +236,8 @@ class _Agent:
         self.egress_since: dict[tuple[int, int], int] = {}
         self.samples = {"reaction_us": [], "apply_us": [], "leaked": []}
         self.errors: list[str] = []
+        self.resyncs = 0
+        self.slots = owner.dp.sizes["ACCT_SLOTS"]
         self.stop = False
         self.xon = {}
         for sw in owner.topo.switches:
@@ -284,6 +324,7 @@ class _Agent:
         now = self._now()
         self.paused[self.paused.Key(port * N_PRIO + prio)] = self.paused.Leaf(now)
         self.egress_since[key] = now
+        self._resync(port, prio, now)
         down = self.o.ports[port].peer_ifindex
         t_xoff = self.xoff_at.get((down, prio))
         if t_xoff:
@@ -297,16 +338,51 @@ class _Agent:
         idx = port * N_PRIO + prio
         self._netlink(port, self.o.msgs[key][1])
         now = self._now()
-        vk = self.vq.Key(idx)
-        v = self.vq[vk].value
-        if v > since:
-            self.vq[vk] = self.vq.Leaf(v + (now - since))     # the queue did not drain while paused
+        if not self._resync(port, prio, now):
+            vk = self.vq.Key(idx)
+            v = self.vq[vk].value
+            if v > since:
+                self.vq[vk] = self.vq.Leaf(v + (now - since))     # the queue did not drain while paused
         self.paused[self.paused.Key(idx)] = self.paused.Leaf(0)
         sk = self.stats.Key(idx)
         st = self.stats[sk]
         st.paused_ns += now - since
         self.stats[sk] = st
         self._kick(port, prio)
+
+    def _resync(self, port: int, prio: int, eff: int) -> bool:
+        """Set the queue model of (port, prio) to the class's real backlog, read while its serialiser is stopped
+        (just after a pause, or after a resume but before the kick that restarts HTB): the queue is frozen, so
+        the reading is exact. ``eff`` is the model's drain time base (pause start, or now at a resume).
+
+        Why: the model drains at the nominal rate and stops for the recorded pause, but the real shaper lets
+        extra bytes out around each pause (a TBF change refills its bucket: one frame leaks at the pause, a
+        burst leaves at the resume) and may fall behind its timers on a busy CPU. Under PFC the queue never
+        empties, so these errors accumulated (the model read 20–60 % high); resynchronising at every pause
+        and resume bounds the error to what one pause cycle adds. Packets the switch program accounts
+        between the two map accesses are kept (the difference of the two reads is added back)."""
+        msg = self.o.getq.get((port, prio))
+        if msg is None:
+            return False
+        ps = self.pq[self.pq.Key(port)].ps_per_byte
+        if not ps:                                           # a host NIC: no queue model
+            return False
+        vk = self.vq.Key(port * N_PRIO + prio)
+        v0 = self.vq[vk].value
+        p = self.o.ports[port]
+        s = self.o.nl[p.node]
+        try:
+            s.send(msg)
+            backlog = qdisc_backlog(s.recv(65536))
+        except OSError as e:
+            self.errors.append(f"qdisc get on {p.node}/{p.ifname}: {e}")
+            return False
+        if backlog is None:
+            return False
+        v1 = self.vq[vk].value
+        self.vq[vk] = self.vq.Leaf(eff + backlog * ps // 1000 + max(0, v1 - max(v0, eff)))
+        self.resyncs += 1
+        return True
 
     def _kick(self, port: int, prio: int):
         p = self.o.ports[port]
@@ -320,22 +396,11 @@ class _Agent:
 
     # ---- Xon
 
-    def _depth(self, port: int, prio: int) -> int:
-        idx = port * N_PRIO + prio
-        ps = self.pq[self.pq.Key(port)].ps_per_byte
-        if not ps:
-            return 0
-        now = self._now()
-        paused = self.paused[self.paused.Key(idx)].value
-        eff = paused if paused and paused < now else now
-        v = self.vq[self.vq.Key(idx)].value
-        return (v - eff) * 1000 // ps if v > eff else 0
-
     def _check_xon(self):
         for key, (t_xoff, cause) in list(self.watch.items()):
             port, prio = key
             sw = self.o.topo.port(port).node
-            if self._depth(cause, prio) > self.xon[sw]:
+            if ingress_queued(self.bpf, self.slots, port, prio, self._now()) > self.xon[sw]:
                 continue
             self._send_pfc(port, 1 << prio, 0)
             del self.watch[key]
@@ -357,5 +422,6 @@ class _Agent:
             self.stats[sk] = st
         out = dict(self.samples)
         out["errors"] = self.errors[:20]
+        out["resyncs"] = self.resyncs
         os.write(self.wfd, json.dumps(out).encode())
         os.close(self.wfd)
