@@ -193,6 +193,13 @@ class RoceSpec(Strict):
     ce_prob: float = Field(0.0, ge=0.0, le=1.0)     # test-only: sender CE-marks this fraction of packets
 
 
+class RxeSpec(Strict):
+    """``traffic.engine: rxe`` (Soft-RoCE + perftest, where the kernel has rdma_rxe): which perftest runs per flow
+    and its message size."""
+    test: Literal["write_bw", "send_bw"] = "write_bw"      # ib_write_bw | ib_send_bw
+    msg_bytes: Size = 65536
+
+
 class DcqcnSpec(Strict):
     """DCQCN parameters; None = the paper's value scaled to the host link rate (testbed/workloads/dcqcn.py)."""
     g: Optional[float] = Field(None, gt=0, le=1)
@@ -230,6 +237,7 @@ class TrafficSpec(Strict):
     cc: Literal["none", "dcqcn"] = "none"        # RoCE congestion control
     roce: RoceSpec = RoceSpec()
     dcqcn: DcqcnSpec = DcqcnSpec()
+    rxe: RxeSpec = RxeSpec()
     jobs: list[JobSpec] = []                     # collectives; when given, `pattern` and `pairs` are not used
     pairs: list[tuple[NodeName, NodeName]] = []
     incast: IncastSpec = IncastSpec()
@@ -250,6 +258,8 @@ class TrafficSpec(Strict):
             raise ValueError("pairs: pattern 'pairs' needs a list like [[h0, h1]]")
         if self.pattern == "allreduce" and not self.jobs and self.flow_size is None:
             raise ValueError("flow_size: pattern 'allreduce' needs the buffer size per rank in flow_size")
+        if self.engine == "rxe" and self.collective:
+            raise ValueError("engine: collectives run on the built-in engines (roce, udp, tcp), not on rxe/perftest")
         if (self.receiver != "gbn" or self.cc != "none") and self.engine not in ("roce",):
             raise ValueError(f"engine: receiver/cc apply to the RoCE engine (engine: roce), got {self.engine!r}")
         return self

@@ -1,46 +1,151 @@
-"""traffic.engine: rxe — runs only where the kernel has rdma_rxe and perftest is installed; skipped with the
-reason otherwise (this machine: no RDMA in the kernel)."""
+"""traffic.engine: rxe — the perftest parser and flow rows are tested everywhere; the end-to-end run needs a kernel
+with rdma_rxe, perftest and testbed/rxe.py (the VM lane) and is skipped with the reason otherwise (this machine:
+no RDMA in the kernel)."""
 from __future__ import annotations
 
 import pytest
 
 from testbed.workloads import WorkloadError, rxe
+from testbed.workloads.flows import Flow
 
 WHY = rxe.missing()
 
-PERFTEST_OUT = """
+# ib_write_bw client, perftest defaults (MB/sec = MiB/s), as perftest 4.5 / rdma-core prints it
+WRITE_BW = """\
+---------------------------------------------------------------------------------------
+                    RDMA_Write BW Test
+ Dual-port       : OFF\t\tDevice         : rxe_h0
+ Number of qps   : 1\t\tTransport type : IB
+ Connection type : RC\t\tUsing SRQ      : OFF
+ PCIe relax order: ON
+ ibv_wr* API     : OFF
+ TX depth        : 128
+ CQ Moderation   : 1
+ Mtu             : 1024[B]
+ Link type       : Ethernet
+ GID index       : 1
+ Max inline data : 0[B]
+ rdma_cm QPs\t : OFF
+ Data ex. method : Ethernet
+---------------------------------------------------------------------------------------
+ local address: LID 0000 QPN 0x0011 PSN 0x6c7c8b RKey 0x000267 VAddr 0x007f1b8a5f1000
+ GID: 00:00:00:00:00:00:00:00:00:00:255:255:198:18:00:01
+ remote address: LID 0000 QPN 0x0012 PSN 0x5be7b2 RKey 0x000368 VAddr 0x007f3ad4a2e000
+ GID: 00:00:00:00:00:00:00:00:00:00:255:255:198:18:01:01
 ---------------------------------------------------------------------------------------
  #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
- 65536      5000             52.10              51.87                0.000830
+ 65536      5000             52.10              51.87  \t\t   0.000830
 ---------------------------------------------------------------------------------------
 """
 
+# ib_send_bw client with --report_gbits, duration mode (-D): peak is not measured there
+SEND_BW_GBITS = """\
+---------------------------------------------------------------------------------------
+                    Send BW Test
+ Dual-port       : OFF\t\tDevice         : rxe_h2
+ Number of qps   : 1\t\tTransport type : IB
+ Connection type : RC\t\tUsing SRQ      : OFF
+ TX depth        : 128
+ CQ Moderation   : 1
+ Mtu             : 1024[B]
+ Link type       : Ethernet
+ GID index       : 1
+ Max inline data : 0[B]
+ rdma_cm QPs\t : OFF
+ Data ex. method : Ethernet
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
+ 65536      1831             0.00               0.39  \t\t   0.000745
+---------------------------------------------------------------------------------------
+"""
 
-def test_parse_perftest_summary():
-    r = rxe.parse_perftest(PERFTEST_OUT)
+FAILED = """\
+ #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+Completion with error at client
+Failed status 12: wr_id 0 syndrom 0x81
+scnt=128, ccnt=0
+"""
+
+
+def test_parse_write_bw_mib_per_second():
+    r = rxe.parse_perftest(WRITE_BW)
     assert r["msg_bytes"] == 65536 and r["iterations"] == 5000
-    assert r["goodput_mbps"] == pytest.approx(51.87 * 8)
+    assert r["goodput_mbps"] == pytest.approx(51.87 * 1048576 * 8 / 1e6)      # MB/sec is MiB/s in perftest
+    assert r["bw_peak_mbps"] == pytest.approx(52.10 * 1048576 * 8 / 1e6)
+    assert r["msg_rate_mpps"] == pytest.approx(0.000830)
 
 
-def test_missing_rxe_is_one_clear_line():
+def test_parse_send_bw_report_gbits():
+    r = rxe.parse_perftest(SEND_BW_GBITS)
+    assert r["iterations"] == 1831 and r["goodput_mbps"] == pytest.approx(390.0)
+
+
+def test_parse_failure_has_no_row():
+    assert rxe.parse_perftest(FAILED) is None
+    assert rxe.parse_perftest("") is None
+
+
+def _flow(size=None):
+    return Flow(flow_id=3, src="h0", dst="h1", src_addr="198.18.0.1", dst_addr="198.18.1.1", sport=40000,
+                dport=4791, proto="rocev2", size_bytes=size, rate_bps=None, start_s=0.0, engine="rxe")
+
+
+def test_flow_row_from_perftest():
+    r = rxe.to_result(_flow(size=5000 * 65536), rxe.parse_perftest(WRITE_BW), WRITE_BW, 10.0, 16.5, 9.0).to_dict()
+    assert r["bytes"] == 5000 * 65536 and r["complete"] is True and r["fct_s"] == pytest.approx(6.5)
+    assert r["engine"] == "rxe" and r["proto"] == "rocev2" and r["dport"] == 4791 and r["error"] is None
+    assert r["start_s"] == pytest.approx(1.0) and r["goodput_mbps"] > 400
+    bad = rxe.to_result(_flow(), rxe.parse_perftest(FAILED), FAILED, 10.0, 11.0, 9.0).to_dict()
+    assert bad["bytes"] == 0 and bad["error"] == "perftest: scnt=128, ccnt=0"
+
+
+def test_perftest_command_lines():
+    assert rxe.perftest_argv("ib_write_bw", "rxe_h1", 1, 18515, 65536, 80, 3) == [
+        "ib_write_bw", "-d", "rxe_h1", "-x", "1", "-p", "18515", "-s", "65536", "-F", "-n", "80"]
+    assert rxe.perftest_argv("ib_send_bw", "rxe_h0", 2, 18516, 4096, None, 3, "198.18.1.1")[-3:] == [
+        "-D", "3", "198.18.1.1"]
+
+
+def test_plan_and_scenario_for_rxe():
+    from testbed import scenario
+    from testbed import topology
+    from testbed.workloads import plan
+    scen = scenario.Scenario.model_validate({
+        "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 1},
+        "traffic": {"engine": "rxe", "pattern": "pairs", "pairs": [["h0", "h1"]], "rxe": {"test": "send_bw"}}})
+    assert scen.traffic.rxe.test == "send_bw" and scen.traffic.rxe.msg_bytes == 65536
+    flows = plan(scen.traffic, topology.build(scen.topology), scen.seed, 1.0)
+    assert [(f.src, f.dst, f.engine, f.proto) for f in flows] == [("h0", "h1", "rxe", "rocev2")]
+    with pytest.raises(ValueError, match="collectives"):
+        scenario.Scenario.model_validate({"traffic": {"engine": "rxe", "jobs": [{"pattern": "allreduce",
+                                                                                  "bytes": "1MB"}]}})
+
+
+def test_missing_rxe_is_one_clear_line(tmp_path):
     if WHY is None:
-        pytest.skip("rdma_rxe present: nothing to report")
+        pytest.skip("rdma_rxe, perftest and testbed/rxe.py present: nothing to report")
+    from testbed import runner, scenario
+    scen = scenario.Scenario.model_validate({"traffic": {"engine": "rxe", "pattern": "pairs",
+                                                         "pairs": [["h0", "h1"]]}})
     with pytest.raises(WorkloadError) as e:
-        rxe.require()
-    assert "\n" not in str(e.value) and "rdma_rxe" in str(e.value) or "perftest" in str(e.value)
+        runner.run(scen, tmp_path / "out")
+    assert "\n" not in str(e.value) and str(e.value).startswith("traffic.engine rxe:")
+    assert not (tmp_path / "out").exists()                  # refused before building anything
 
 
 @pytest.mark.e2e
 @pytest.mark.skipif(WHY is not None, reason=WHY or "")
-def test_rxe_write_bw_between_two_hosts_in_root_namespace():
-    import subprocess
-    dev = None
-    try:
-        out = subprocess.run(["rdma", "link", "show"], capture_output=True, text=True).stdout
-        assert out is not None
-        dev = rxe.add_device(lambda argv: subprocess.run(argv, check=True), "lo")
-        rows = rxe.run_pairs([("a", "b", "127.0.0.1")], lambda h: None, lambda h: dev, seconds=2)
-        assert rows[0].get("goodput_mbps", 0) > 0, rows
-    finally:
-        if dev:
-            subprocess.run(["rdma", "link", "delete", dev])
+@pytest.mark.parametrize("test", ["write_bw", "send_bw"])
+def test_rxe_engine_across_leaf_spine_writes_flows_csv(tmp_path, test):
+    """Soft-RoCE hosts (NICs in the root namespace, policy-routed) ↔ eBPF leaf–spine: perftest rows in flows.csv."""
+    import pandas as pd
+
+    from testbed import runner, scenario
+    scen = scenario.Scenario.model_validate({
+        "name": f"rxe-{test}", "duration": "2s", "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 1},
+        "traffic": {"engine": "rxe", "pattern": "pairs", "pairs": [["h0", "h1"]], "rxe": {"test": test}}})
+    outdir, row = runner.run(scen, tmp_path / "out", source="test")
+    flows = pd.read_csv(outdir / "flows.csv")
+    assert len(flows) == 1, flows
+    f = flows.iloc[0]
+    assert f["engine"] == "rxe" and f["bytes"] > 0 and f["goodput_mbps"] > 0, f.to_dict()

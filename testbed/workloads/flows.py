@@ -146,11 +146,16 @@ def pairs_for(traffic, topo, rng: random.Random) -> list[tuple[str, str]]:
 
 # ---------------------------------------------------------------- the plan
 
+class _RxePlan:
+    """What ``plan`` needs of an engine, for ``traffic.engine: rxe`` (RoCEv2 on UDP 4791, run by perftest)."""
+    name, proto, dport = "rxe", "rocev2", 4791
+
+
 def _engine(traffic):
     from .engines import ENGINES          # lazy: keeps this module free of socket code at import
     name = traffic.engine
-    if name == "rxe":
-        raise ValueError("engine rxe runs perftest, not the traffic agents (testbed.workloads.rxe)")
+    if name == "rxe":                     # perftest runs these flows (testbed.workloads.rxe), not the agents
+        return name, _RxePlan
     if name not in ENGINES:
         raise ValueError(f"unknown traffic engine {name!r} (known: {', '.join(sorted(ENGINES))})")
     return name, ENGINES[name]

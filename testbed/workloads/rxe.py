@@ -1,21 +1,39 @@
-"""``traffic.engine: rxe``: real Soft-RoCE (rdma_rxe) + perftest where the kernel has it (the VM).
+"""``traffic.engine: rxe``: real Soft-RoCE (rdma_rxe) + perftest where the kernel has it (the VM lane).
 
-``require()`` raises WorkloadError with ONE line when rdma_rxe or perftest is missing (this machine's kernel has
-no RDMA at all); the runner calls it before any traffic. Where both exist, ``run_pairs`` adds an rxe device on
-each host NIC (``rdma link add rxe_<if> type rxe netdev <if>``), runs ``ib_write_bw`` / ``ib_send_bw`` servers on
-the destinations and clients on the sources (through the fabric), and parses the perftest summary line into
-flow rows. Note (DESIGN §3): rxe on Debian 6.1 works only in the initial network namespace, so in the VM the
-hosts' NICs must live there (policy routing per host address); namespaced hosts make rxe fail to connect.
+``require()`` raises WorkloadError with ONE line when rdma_rxe, perftest or the root-namespace set-up helper is
+missing (this machine's kernel has no RDMA at all); the runner calls it before building anything.
+
+Where it runs (``run_flows``):
+  1. ``testbed.rxe.RootHosts`` (issue 5's helper, reused, not duplicated) moves the NICs of the scenario's hosts
+     into the initial network namespace — rxe on Debian's 6.1 kernel opens its UDP socket only there — with
+     policy routing that forces host-to-host RoCE onto the wire through the fabric (switches stay in their
+     namespaces with eBPF), and adds one rxe device per host.
+  2. Per flow one perftest pair (``traffic.rxe.test``: ``write_bw`` → ``ib_write_bw``, ``send_bw`` →
+     ``ib_send_bw``): servers first (one TCP port each), then the clients, all at once, each ``-d <rxe device>
+     -x <RoCE v2 GID index>``; sized flows run ``-n ceil(size / msg_bytes)`` iterations, duration flows ``-D``.
+  3. The client's summary row becomes the flow's FlowResult (flows.csv, same columns); then rxe devices, rules
+     and the moved NICs are removed (RootHosts.close), and the lab is torn down as usual.
+
+perftest's summary (client side; perftest ≥ 4.4, rdma-core's ``perftest`` package):
+    " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+    " 65536      5000             52.10              51.87                0.000830"
+MB/sec there is MiB/s (perftest divides by 0x100000); with ``--report_gbits`` the header says Gb/sec (10^9 bit/s).
 """
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
+import time
 
-from . import WorkloadError
+from . import FlowResult, WorkloadError
 
-BW_LINE = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", re.M)
+TOOLS = {"write_bw": "ib_write_bw", "send_bw": "ib_send_bw"}
+HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(MB|Gb)/sec\]\s+BW average\[(MB|Gb)/sec\]")
+ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", re.M)
+MIB = 1 << 20
+PORT_BASE = 18515
 
 
 def missing() -> str | None:
@@ -24,8 +42,14 @@ def missing() -> str | None:
     cap = _probe_rdma_rxe()
     if not cap.ok:
         return f"traffic.engine rxe: the kernel has no Soft-RoCE (rdma_rxe): {cap.detail}"
-    if not shutil.which("ib_write_bw"):
-        return "traffic.engine rxe: perftest is not installed (ib_write_bw missing; apt-get install perftest)"
+    for tool in TOOLS.values():
+        if not shutil.which(tool):
+            return f"traffic.engine rxe: perftest is not installed ({tool} missing; apt-get install perftest)"
+    try:
+        from .. import rxe as _root  # noqa: F401  (issue 5: testbed/rxe.py)
+    except ImportError:
+        return ("traffic.engine rxe: testbed/rxe.py (the root-namespace Soft-RoCE set-up from the VM-lane work, "
+                "issue 5) is not in this tree")
     return None
 
 
@@ -36,46 +60,89 @@ def require() -> None:
 
 
 def parse_perftest(text: str) -> dict | None:
-    """The summary row of ib_write_bw / ib_send_bw: #bytes, #iterations, BW peak, BW average (MB/s), MsgRate."""
-    rows = BW_LINE.findall(text)
+    """The summary row of ib_write_bw / ib_send_bw output (the last one, if several), or None.
+
+    Returns msg_bytes, iterations, bw_peak_mbps, goodput_mbps (both 10^6 bit/s) and msg_rate_mpps; the unit is
+    taken from the header (MB/sec = MiB/s, perftest's default; Gb/sec with --report_gbits)."""
+    units = HEADER.findall(text)
+    rows = ROW.findall(text)
     if not rows:
         return None
+    unit = units[-1][1] if units else "MB"
+    scale = 1000.0 if unit == "Gb" else MIB * 8 / 1e6
     size, iters, peak, avg, mpps = rows[-1]
-    return {"msg_bytes": int(size), "iterations": int(iters), "bw_peak_mbps": float(peak) * 8,
-            "goodput_mbps": float(avg) * 8, "msg_rate_mpps": float(mpps)}
+    return {"msg_bytes": int(size), "iterations": int(iters), "bw_peak_mbps": float(peak) * scale,
+            "goodput_mbps": float(avg) * scale, "msg_rate_mpps": float(mpps)}
 
 
-def add_device(ns_run, ifname: str) -> str:
-    dev = f"rxe_{ifname}"[:15]
-    ns_run(["rdma", "link", "add", dev, "type", "rxe", "netdev", ifname])
-    return dev
+def _last_line(text: str) -> str:
+    lines = [s.strip() for s in text.splitlines() if s.strip()]
+    return lines[-1] if lines else "no output"
 
 
-def run_pairs(pairs, ns_of, dev_of, test: str = "ib_write_bw", size: int = 65536, seconds: int = 3,
-              port_base: int = 18515) -> list[dict]:
-    """Run perftest between (src, dst, dst_addr) pairs at once; return one row per pair."""
-    from .. import netns
+def perftest_argv(tool: str, dev: str, gid: int, port: int, msg_bytes: int, iterations: int | None,
+                  seconds: int, server_addr: str | None = None) -> list[str]:
+    argv = [tool, "-d", dev, "-x", str(gid), "-p", str(port), "-s", str(msg_bytes), "-F"]
+    argv += ["-n", str(iterations)] if iterations else ["-D", str(seconds)]
+    return argv + ([server_addr] if server_addr else [])
 
-    def spawn(ns, argv, **kw):             # ns None = the initial namespace (where rxe works on 6.1)
-        return netns.spawn(ns, argv, **kw) if ns else subprocess.Popen(argv, **kw)
-    servers, clients = [], []
+
+def to_result(flow, parsed: dict | None, out: str, start: float, end: float, t0: float) -> FlowResult:
+    """A FlowResult (flows.csv row) for ``flow`` from the client's parsed perftest summary."""
+    ok = parsed is not None
+    nbytes = parsed["msg_bytes"] * parsed["iterations"] if ok else 0
+    elapsed = max(end - start, 1e-9)
+    complete = (nbytes >= flow.size_bytes) if (ok and flow.size_bytes is not None) else None
+    return FlowResult(
+        flow_id=flow.flow_id, src=flow.src, dst=flow.dst, sport=flow.sport, dport=4791, proto="rocev2",
+        bytes=nbytes, packets_sent=None, packets_received=None, lost=None,
+        start_s=start - t0, end_s=end - t0, fct_s=(end - start) if complete else None,
+        goodput_mbps=parsed["goodput_mbps"] if ok else 0.0, rate_bps=flow.rate_bps, size_bytes=flow.size_bytes,
+        rail=flow.rail, engine="rxe", complete=complete, bytes_sent=nbytes if ok else None,
+        error=None if ok else f"perftest: {_last_line(out)[:200]}")
+
+
+def run_flows(lab, flows, duration_s: float, test: str = "write_bw", msg_bytes: int = 65536,
+              timeout_s: float | None = None, info: dict | None = None) -> list[FlowResult]:
+    """Run every flow as one perftest pair between its hosts across the fabric (see the module docstring)."""
+    from .. import rxe as root
+    tool = TOOLS[test]
+    hosts = sorted({h for f in flows for h in (f.src, f.dst)})
+    seconds = max(1, math.ceil(duration_s))
+    timeout_s = timeout_s or (seconds + 60 + 5 * len(flows))
     try:
-        for i, (src, dst, addr) in enumerate(pairs):
-            servers.append(spawn(ns_of(dst), [test, "-d", dev_of(dst), "-s", str(size), "-D", str(seconds),
-                                                    "-p", str(port_base + i), "-F"],
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        for i, (src, dst, addr) in enumerate(pairs):
-            clients.append(spawn(ns_of(src), [test, "-d", dev_of(src), "-s", str(size), "-D", str(seconds),
-                                                    "-p", str(port_base + i), "-F", addr],
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        rows = []
-        for (src, dst, _), c in zip(pairs, clients):
-            out, _ = c.communicate(timeout=seconds + 30)
-            r = parse_perftest(out) or {"error": (out.strip().splitlines() or ["no output"])[-1]}
-            rows.append({"src": src, "dst": dst, "engine": "rxe", "proto": "rocev2", "dport": 4791, **r})
-        return rows
-    finally:
-        for p in servers + clients:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        with root.RootHosts(lab, hosts) as rh:
+            gid = {h: rh.gid_index(h) for h in hosts}
+            servers, clients = [], []
+            try:
+                for i, f in enumerate(flows):
+                    iters = math.ceil(f.size_bytes / msg_bytes) if f.size_bytes else None
+                    servers.append(subprocess.Popen(
+                        perftest_argv(tool, rh.device(f.dst), gid[f.dst], PORT_BASE + i, msg_bytes, iters, seconds),
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+                time.sleep(1.0)                          # servers listening on their TCP ports
+                t0 = time.time()
+                if info is not None:
+                    info["t0"] = t0
+                for i, f in enumerate(flows):
+                    iters = math.ceil(f.size_bytes / msg_bytes) if f.size_bytes else None
+                    clients.append((time.time(), subprocess.Popen(
+                        perftest_argv(tool, rh.device(f.src), gid[f.src], PORT_BASE + i, msg_bytes, iters, seconds,
+                                      rh.address(f.dst)),
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+                results, deadline = [], time.time() + timeout_s
+                for f, (start, c) in zip(flows, clients):
+                    try:
+                        out, _ = c.communicate(timeout=max(1.0, deadline - time.time()))
+                    except subprocess.TimeoutExpired:
+                        c.kill()
+                        out = (c.communicate()[0] or "") + "\ntimed out"
+                    results.append(to_result(f, parse_perftest(out), out, start, time.time(), t0))
+                return results
+            finally:
+                for p in servers + [c for _, c in clients]:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+    except root.RxeError as e:
+        raise WorkloadError(f"traffic.engine rxe: {e}") from None
