@@ -101,7 +101,8 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
                 steps = [s for _, s in pairs]
             elif scen.traffic.engine == "rxe":
                 from .workloads import rxe
-                results = rxe.run_flows(lab, flows, duration_s, scen.traffic.rxe.test, scen.traffic.rxe.msg_bytes)
+                results = rxe.run_flows(lab, flows, duration_s, scen.traffic.rxe.test, scen.traffic.rxe.msg_bytes,
+                                        log_dir=outdir / "perftest")
             else:
                 results = workloads.run(flows, lambda h: lab.fabric.ns[h], duration_s, packet_size,
                                         sndbuf_bytes=sndbuf)

@@ -95,6 +95,9 @@ def test_flow_row_from_perftest():
     assert r["bytes"] == 5000 * 65536 and r["complete"] is True and r["fct_s"] == pytest.approx(6.5)
     assert r["engine"] == "rxe" and r["proto"] == "rocev2" and r["dport"] == 4791 and r["error"] is None
     assert r["start_s"] == pytest.approx(1.0) and r["goodput_mbps"] > 400
+    zero = dict(rxe.parse_perftest(WRITE_BW), goodput_mbps=0.0)           # ib_send_bw -D client prints 0.00
+    assert rxe.to_result(_flow(), zero, "", 10.0, 13.0, 9.0, seconds=2).goodput_mbps == pytest.approx(
+        5000 * 65536 * 8 / 2 / 1e6)
     bad = rxe.to_result(_flow(), rxe.parse_perftest(FAILED), FAILED, 10.0, 11.0, 9.0).to_dict()
     assert bad["bytes"] == 0 and bad["error"] == "perftest: scnt=128, ccnt=0"
 
@@ -148,4 +151,7 @@ def test_rxe_engine_across_leaf_spine_writes_flows_csv(tmp_path, test):
     flows = pd.read_csv(outdir / "flows.csv")
     assert len(flows) == 1, flows
     f = flows.iloc[0]
-    assert f["engine"] == "rxe" and f["bytes"] > 0 and f["goodput_mbps"] > 0, f.to_dict()
+    client = (outdir / "perftest" / "perftest-0-client.txt").read_text()
+    print(client)
+    assert rxe.parse_perftest(client) is not None, client
+    assert f["engine"] == "rxe" and f["bytes"] > 0 and f["goodput_mbps"] > 0, (f.to_dict(), client)

@@ -87,11 +87,16 @@ def perftest_argv(tool: str, dev: str, gid: int, port: int, msg_bytes: int, iter
     return argv + ([server_addr] if server_addr else [])
 
 
-def to_result(flow, parsed: dict | None, out: str, start: float, end: float, t0: float) -> FlowResult:
-    """A FlowResult (flows.csv row) for ``flow`` from the client's parsed perftest summary."""
+def to_result(flow, parsed: dict | None, out: str, start: float, end: float, t0: float,
+              seconds: float | None = None) -> FlowResult:
+    """A FlowResult (flows.csv row) for ``flow`` from the client's parsed perftest summary. ``seconds``: the
+    ``-D`` duration of a duration flow. When perftest reports an average of 0 for a run that moved bytes
+    (ib_send_bw's client in ``-D`` mode does, seen in the VM lane), goodput is bytes × 8 / (``seconds`` or the
+    client's wall time)."""
     ok = parsed is not None
     nbytes = parsed["msg_bytes"] * parsed["iterations"] if ok else 0
-    elapsed = max(end - start, 1e-9)
+    if ok and parsed["goodput_mbps"] <= 0 and nbytes:
+        parsed = dict(parsed, goodput_mbps=nbytes * 8 / max(seconds or (end - start), 1e-9) / 1e6)
     complete = (nbytes >= flow.size_bytes) if (ok and flow.size_bytes is not None) else None
     return FlowResult(
         flow_id=flow.flow_id, src=flow.src, dst=flow.dst, sport=flow.sport, dport=4791, proto="rocev2",
@@ -102,9 +107,17 @@ def to_result(flow, parsed: dict | None, out: str, start: float, end: float, t0:
         error=None if ok else f"perftest: {_last_line(out)[:200]}")
 
 
+def _keep(log_dir, name: str, text: str) -> None:
+    from pathlib import Path
+    d = Path(log_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_text(text)
+
+
 def run_flows(lab, flows, duration_s: float, test: str = "write_bw", msg_bytes: int = 65536,
-              timeout_s: float | None = None, info: dict | None = None) -> list[FlowResult]:
-    """Run every flow as one perftest pair between its hosts across the fabric (see the module docstring)."""
+              timeout_s: float | None = None, info: dict | None = None, log_dir=None) -> list[FlowResult]:
+    """Run every flow as one perftest pair between its hosts across the fabric (see the module docstring).
+    ``log_dir``: if given, each flow's client and server output is kept there (``perftest-<flow>-client.txt``)."""
     from .. import rxe as root
     tool = TOOLS[test]
     hosts = sorted({h for f in flows for h in (f.src, f.dst)})
@@ -137,7 +150,18 @@ def run_flows(lab, flows, duration_s: float, test: str = "write_bw", msg_bytes: 
                     except subprocess.TimeoutExpired:
                         c.kill()
                         out = (c.communicate()[0] or "") + "\ntimed out"
-                    results.append(to_result(f, parse_perftest(out), out, start, time.time(), t0))
+                    end = time.time()
+                    results.append(to_result(f, parse_perftest(out), out, start, end, t0,
+                                             None if f.size_bytes else seconds))
+                    if log_dir is not None:
+                        _keep(log_dir, f"perftest-{f.flow_id}-client.txt", " ".join(c.args) + "\n" + out)
+                if log_dir is not None:
+                    for f, sp in zip(flows, servers):
+                        try:
+                            sout = sp.communicate(timeout=10)[0] or ""
+                        except subprocess.TimeoutExpired:
+                            sout = "(server still running; killed)"
+                        _keep(log_dir, f"perftest-{f.flow_id}-server.txt", " ".join(sp.args) + "\n" + sout)
                 return results
             finally:
                 for p in servers + [c for _, c in clients]:
