@@ -59,6 +59,48 @@ SEND_BW_GBITS = """\
 ---------------------------------------------------------------------------------------
 """
 
+# Real output, VM lane (Debian 12 perftest 4.5, rdma_rxe on 6.1 under TCG, across the eBPF leaf-spine): in
+# duration mode (-D) this perftest prints BW 0.00 — goodput then comes from bytes / duration
+WRITE_BW_DURATION_VM = """\
+Correlation coefficient r^2: 0.470785 < 0.9
+---------------------------------------------------------------------------------------
+                    RDMA_Write BW Test
+ Dual-port       : OFF\t\tDevice         : rxe_h0
+ Number of qps   : 1\t\tTransport type : IB
+ Connection type : RC\t\tUsing SRQ      : OFF
+ PCIe relax order: ON
+ ibv_wr* API     : OFF
+ TX depth        : 128
+ CQ Moderation   : 1
+ Mtu             : 1024[B]
+ Link type       : Ethernet
+ GID index       : 1
+ Max inline data : 0[B]
+ rdma_cm QPs\t : OFF
+ Data ex. method : Ethernet
+---------------------------------------------------------------------------------------
+ local address: LID 0000 QPN 0x0011 PSN 0xa17d0b RKey 0x0002c9 VAddr 0x007f8e1f55f000
+ GID: 00:00:00:00:00:00:00:00:00:00:255:255:198:18:00:01
+ remote address: LID 0000 QPN 0x0011 PSN 0xf71046 RKey 0x00020b VAddr 0x007f0472dbc000
+ GID: 00:00:00:00:00:00:00:00:00:00:255:255:198:18:01:01
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+ 65536      78               0.00               0.00   \t\t   0.000000
+---------------------------------------------------------------------------------------
+"""
+
+# Real output, VM lane: ib_send_bw -D 2 failing mid-run (header printed, no result row)
+SEND_BW_FAILED_VM = """\
+ Completion with error at client
+ Failed status 9: wr_id 0 syndrom 0x0
+scnt=133, ccnt=5
+---------------------------------------------------------------------------------------
+                    Send BW Test
+ Dual-port       : OFF\t\tDevice         : rxe_h0
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+"""
+
 FAILED = """\
  #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
 Completion with error at client
@@ -78,6 +120,16 @@ def test_parse_write_bw_mib_per_second():
 def test_parse_send_bw_report_gbits():
     r = rxe.parse_perftest(SEND_BW_GBITS)
     assert r["iterations"] == 1831 and r["goodput_mbps"] == pytest.approx(390.0)
+
+
+def test_vm_lane_outputs():
+    r = rxe.parse_perftest(WRITE_BW_DURATION_VM)
+    assert r["iterations"] == 78 and r["goodput_mbps"] == 0.0
+    row = rxe.to_result(_flow(), r, WRITE_BW_DURATION_VM, 10.0, 12.4, 9.0, seconds=2)
+    assert row.bytes == 78 * 65536 and row.goodput_mbps == pytest.approx(78 * 65536 * 8 / 2 / 1e6)
+    assert rxe.parse_perftest(SEND_BW_FAILED_VM) is None
+    bad = rxe.to_result(_flow(), None, SEND_BW_FAILED_VM, 10.0, 12.0, 9.0, seconds=2)
+    assert bad.bytes == 0 and bad.error.startswith("perftest: ")
 
 
 def test_parse_failure_has_no_row():
@@ -138,15 +190,18 @@ def test_missing_rxe_is_one_clear_line(tmp_path):
 
 @pytest.mark.e2e
 @pytest.mark.skipif(WHY is not None, reason=WHY or "")
-@pytest.mark.parametrize("test", ["write_bw", "send_bw"])
-def test_rxe_engine_across_leaf_spine_writes_flows_csv(tmp_path, test):
-    """Soft-RoCE hosts (NICs in the root namespace, policy-routed) ↔ eBPF leaf–spine: perftest rows in flows.csv."""
+@pytest.mark.parametrize("test,size", [("write_bw", None), ("send_bw", "2MB")])
+def test_rxe_engine_across_leaf_spine_writes_flows_csv(tmp_path, test, size):
+    """Soft-RoCE hosts (NICs in the root namespace, policy-routed) ↔ eBPF leaf–spine: perftest rows in flows.csv.
+    write_bw as a duration flow (-D), send_bw as a sized flow (-n: ib_send_bw -D failed once in two runs under
+    TCG with "Failed status 9")."""
     import pandas as pd
 
     from testbed import runner, scenario
     scen = scenario.Scenario.model_validate({
         "name": f"rxe-{test}", "duration": "2s", "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 1},
-        "traffic": {"engine": "rxe", "pattern": "pairs", "pairs": [["h0", "h1"]], "rxe": {"test": test}}})
+        "traffic": {"engine": "rxe", "pattern": "pairs", "pairs": [["h0", "h1"]], "rxe": {"test": test},
+                    "flow_size": size}})
     outdir, row = runner.run(scen, tmp_path / "out", source="test")
     flows = pd.read_csv(outdir / "flows.csv")
     assert len(flows) == 1, flows

@@ -91,8 +91,9 @@ def to_result(flow, parsed: dict | None, out: str, start: float, end: float, t0:
               seconds: float | None = None) -> FlowResult:
     """A FlowResult (flows.csv row) for ``flow`` from the client's parsed perftest summary. ``seconds``: the
     ``-D`` duration of a duration flow. When perftest reports an average of 0 for a run that moved bytes
-    (ib_send_bw's client in ``-D`` mode does, seen in the VM lane), goodput is bytes × 8 / (``seconds`` or the
-    client's wall time)."""
+    (Debian 12's perftest 4.5 prints BW 0.00 in ``-D`` mode, seen in the VM lane), goodput is
+    bytes × 8 / (``seconds`` or the client's wall time). Note: ib_send_bw ``-D`` failed once in two VM-lane runs
+    ("Failed status 9"): give send_bw flows a ``flow_size`` (``-n``) for dependable results."""
     ok = parsed is not None
     nbytes = parsed["msg_bytes"] * parsed["iterations"] if ok else 0
     if ok and parsed["goodput_mbps"] <= 0 and nbytes:
