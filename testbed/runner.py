@@ -43,7 +43,6 @@ def _versions() -> dict:
 
 def set_host_classes(scen: Scenario, flows) -> None:
     """hosts.pfc: each flow's socket selects its host NIC class (the leaf's DSCP → priority map)."""
-    from .fabric import port_classes
     if not (scen.hosts.pfc and scen.switch.classes_on):
         return
     tc = scen.switch.qos("leaf").traffic_classes

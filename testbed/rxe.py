@@ -31,7 +31,6 @@ Commands run in the root namespace run as plain subprocesses; run perftest with 
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 import shutil
 import subprocess

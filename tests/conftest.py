@@ -1,6 +1,7 @@
 """Shared fixtures: real labs (namespaces + eBPF) that are always torn down, and helpers that send packets."""
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -33,6 +34,31 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "fullkernel" in item.keywords:
                 item.add_marker(skip)
+
+
+@contextlib.contextmanager
+def inside_port_namespace(ports, tag: str):
+    """Move the calling thread into a throwaway namespace ``ftb-<tag>-<pid>`` holding a veth with the ifindex of
+    every given port (BPF_PROG_TEST_RUN resolves ``skb->ifindex`` in the caller's namespace); always removed."""
+    import ctypes
+    from pyroute2 import IPRoute
+    name = f"{netns.PREFIX}{tag}-{os.getpid()}"
+    orig = os.open("/proc/self/ns/net", os.O_RDONLY)
+    libc = ctypes.CDLL(None, use_errno=True)
+    netns.create([name])
+    entered = False
+    try:
+        netns.enter(name)
+        entered = True
+        with IPRoute() as ipr:
+            for p in ports:
+                ipr.link("add", ifname=f"p{p.ifindex}", index=p.ifindex, kind="veth", peer={"ifname": f"q{p.ifindex}"})
+        yield name
+    finally:
+        if entered:
+            libc.setns(orig, netns.CLONE_NEWNET)
+        os.close(orig)
+        netns.delete([name])
 
 
 def make_scenario(**sections) -> scenario.Scenario:

@@ -6,9 +6,7 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -135,9 +133,12 @@ def test_up_status_exec_down_and_name_collision(tmp_path):
 
 def _start_run(tmp_path, name):
     out = tmp_path / name
+    # like a terminal: Ctrl-C must reach the run even when this test itself runs as a background job (where
+    # the shell starts commands with SIGINT ignored, and Python keeps an inherited SIG_IGN)
     proc = subprocess.Popen(TESTBED + ["run", "scenarios/default.yaml", "--out", str(out), "--set", "duration=30s"],
                             cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # wait until the fabric is up and traffic runs
     assert wait_for(lambda: any(n.endswith("-spine3") for n in netns.list_names()), timeout=30)
     time.sleep(1.0)

@@ -2,12 +2,13 @@
 and map state. Needs root and BCC. skb->ifindex is set through the test-run context, which requires a device
 with that ifindex in the caller's namespace: the module runs inside a throwaway namespace ``ftb-dpt-<pid>``
 holding one veth per switch port, created with the port's ifindex."""
-import ctypes
 import os
 import random
 import time
 
 import pytest
+
+from conftest import inside_port_namespace
 
 from testbed import scenario, topology
 from testbed.datapath import Datapath, DatapathError, hashing, testrun
@@ -19,14 +20,7 @@ Ether, IP, UDP, TCP, IPv6, ARP, Raw = (scapy_all.Ether, scapy_all.IP, scapy_all.
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (BPF, namespaces)")
 
-CLONE_NEWNET = 0x40000000
 SPINES = 4
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _setns(fd):
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        raise OSError(ctypes.get_errno(), "setns failed")
 
 
 @pytest.fixture(scope="module")
@@ -41,30 +35,9 @@ def topo(scen):
 
 @pytest.fixture(scope="module")
 def netns_ports(topo):
-    """Enter a throwaway namespace holding a device for every switch port's ifindex; always removed."""
-    from pyroute2 import IPRoute, netns
-    name = f"ftb-dpt-{os.getpid()}"
-    orig = os.open("/proc/self/ns/net", os.O_RDONLY)
-    netns.create(name)
-    entered = False
-    try:
-        fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
-        try:
-            _setns(fd)
-            entered = True
-        finally:
-            os.close(fd)
-        with IPRoute() as ipr:
-            for sw in topo.switches:
-                for p in topo.ports[sw]:
-                    ipr.link("add", ifname=f"p{p.ifindex}", index=p.ifindex, kind="veth",
-                             peer={"ifname": f"q{p.ifindex}"})
+    """Run the module inside a throwaway namespace with a device for every port's ifindex."""
+    with inside_port_namespace([p for sw in topo.switches for p in topo.ports[sw]], "dpt") as name:
         yield name
-    finally:
-        if entered:
-            _setns(orig)
-        os.close(orig)
-        netns.remove(name)
 
 
 @pytest.fixture(scope="module")

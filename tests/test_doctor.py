@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import threading
 import time
 
 import pytest

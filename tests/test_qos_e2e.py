@@ -5,13 +5,11 @@ queue, never non-ECT), tail drops vs lossless PFC in an 8→1 incast, pause spre
 frames decoded by tshark, and the queue model against the qdisc's real backlog."""
 from __future__ import annotations
 
-import secrets
 import shutil
 import statistics
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -30,21 +28,9 @@ PAYLOAD_TO_WIRE = 1514 / 1480          # UDP bytes counted by the receiver (head
 
 
 @pytest.fixture
-def qlab():
-    """qlab(scenario) → a built Lab named q…; torn down (PFC agent included) after the test."""
-    from testbed.lab import Lab
-    made = []
-
-    def build(scen):
-        lb = Lab(scen, "q" + secrets.token_hex(4))
-        lb.__enter__()
-        made.append(lb)
-        return lb
-
-    yield build
-    for lb in made:
-        lb.close(force=True)
-        assert not netns.list_names(f"{netns.PREFIX}{lb.name}-"), "lab namespaces left behind"
+def qlab(lab):
+    """qlab(scenario) → a built Lab, torn down (PFC agent included) after the test (conftest's ``lab``)."""
+    return lab
 
 
 def flows_to(lb, scen, pairs, dscp=0, ecn="none", rate=None, sport=30000):
@@ -241,6 +227,20 @@ def test_pfc_frames_decode_in_tshark(qlab, tmp_path):
 
 # ---------------------------------------------------------------- queue model
 
+def _bracketed(read_real, read_model, within_s: float = 0.001):
+    """(real, model) read at (nearly) one instant: the model is read just before and just after the netlink
+    dump and their mean is used; a pair whose reads took longer than ``within_s`` (the sampling thread was
+    descheduled on the busy 2-core machine, so the two sides describe different instants) is not a
+    measurement of the model and is discarded — whatever its error."""
+    t0 = time.perf_counter()
+    m0 = read_model()
+    real = read_real()
+    m1 = read_model()
+    if time.perf_counter() - t0 > within_s:
+        return None
+    return real, (m0 + m1) / 2
+
+
 def queue_model_run(qlab):
     """Two senders into one 40 Mbit/s port with a 150 KB buffer (a standing queue); every 20 ms compare the
     model's depth with the qdisc's real backlog (netlink), read back to back. Returns signed relative errors
@@ -255,9 +255,9 @@ def queue_model_run(qlab):
 
     def sample():
         while not stop.is_set():
-            real = dump_root_qdisc_stats(sock)[port][4]
-            model = lb.datapath.queue_depth(port)
-            if real >= 16_384:
+            got = _bracketed(lambda: dump_root_qdisc_stats(sock)[port][4], lambda: lb.datapath.queue_depth(port))
+            if got and got[0] >= 16_384:
+                real, model = got
                 samples.append((model - real) / real)
             cpu.sample()
             time.sleep(0.02)
@@ -304,9 +304,10 @@ def test_queue_model_tracks_the_real_backlog_under_pfc(qlab):
     def sample():
         while not stop.is_set():
             for p in watched:
-                real = dump_root_qdisc_stats(socks[p.node])[p.ifindex][4]
-                model = lb.datapath.queue_depth(p.ifindex)
-                if real >= 16_384:
+                got = _bracketed(lambda: dump_root_qdisc_stats(socks[p.node])[p.ifindex][4],
+                                 lambda: lb.datapath.queue_depth(p.ifindex))
+                if got and got[0] >= 16_384:
+                    real, model = got
                     samples.append((model - real) / real)
             time.sleep(0.01)
 

@@ -9,11 +9,12 @@ import time
 
 import pytest
 
+from conftest import inside_port_namespace
+
 from testbed import scenario, topology
 from testbed.datapath import N_PRIO, Datapath, DatapathError, testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT, TC_ACT_SHOT
 
-from test_datapath_unit import _setns  # noqa: F401  (same helpers)
 
 scapy_all = pytest.importorskip("scapy.all")
 Ether, IP, UDP, Raw = scapy_all.Ether, scapy_all.IP, scapy_all.UDP, scapy_all.Raw
@@ -45,29 +46,9 @@ def topo(scen):
 
 @pytest.fixture(scope="module")
 def netns_ports(topo):
-    from pyroute2 import IPRoute, netns
-    name = f"ftb-qut-{os.getpid()}"
-    orig = os.open("/proc/self/ns/net", os.O_RDONLY)
-    netns.create(name)
-    entered = False
-    try:
-        fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
-        try:
-            _setns(fd)
-            entered = True
-        finally:
-            os.close(fd)
-        with IPRoute() as ipr:
-            for ps in topo.ports.values():
-                for p in ps:
-                    ipr.link("add", ifname=f"p{p.ifindex}", index=p.ifindex, kind="veth",
-                             peer={"ifname": f"q{p.ifindex}"})
+    """Run the module inside a throwaway namespace with a device for every port's ifindex."""
+    with inside_port_namespace([p for ps in topo.ports.values() for p in ps], "qut") as name:
         yield name
-    finally:
-        if entered:
-            _setns(orig)
-        os.close(orig)
-        netns.remove(name)
 
 
 @pytest.fixture(scope="module")
