@@ -130,9 +130,18 @@ class Lab:
         tmp.write_text(json.dumps(state))
         os.replace(tmp, state_path(self.name))
         try:
-            self.fabric.build()
+            from concurrent.futures import ThreadPoolExecutor
+
             from .datapath import Datapath
-            self.datapath = Datapath(self.topo, self.scen.switch).load()
+            self.datapath = Datapath(self.topo, self.scen.switch)
+            # BCC compiles in C without the GIL: overlap it with the kernel building the fabric
+            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcc")
+            compiled = pool.submit(self.datapath.load)
+            try:
+                self.fabric.build()
+            finally:
+                pool.shutdown(wait=True)
+            compiled.result()
             self.fabric.attach_ingress(self.datapath.ingress_fd, self.datapath.ingress_name)
             self.fabric.attach_nic_release(self.datapath.nic_release_fd)
             sw = self.scen.switch
