@@ -187,13 +187,8 @@ class Fabric:
 
     def attach_host_ingress(self, prog_fd: int, prog_name: str) -> None:
         """hosts.pfc: the pause-frame receiver on clsact ingress of every host NIC."""
-        batches = {}
-        for h in self.topo.hosts:
-            b = batches[h] = Batch(self._socks[h], self.ns[h])
-            for p in self.topo.ports[h]:
-                b.clsact(p.ifindex, p.ifname)
-                b.bpf_filter(p.ifindex, prog_fd, prog_name, True, p.ifname)
-        self._commit(batches)
+        self._attach_clsact_ingress(self.topo.hosts, prog_fd, prog_name)
+
     def _add_delays(self, batches: dict[str, Batch]) -> None:
         """Link ``delay``: netem under each delayed port's TBF. Refused with one line where netem is missing."""
         delayed = [(node, p) for node, ports in self.topo.ports.items() for p in ports if p.delay_ns]
@@ -233,14 +228,18 @@ class Fabric:
     def attach_ingress(self, prog_fd: int, prog_name: str) -> None:
         """Attach the switching program (direct action) to clsact ingress of every switch port."""
         t = time.perf_counter()
+        self._attach_clsact_ingress(self.topo.switches, prog_fd, prog_name)
+        self.timings["attach"] = time.perf_counter() - t
+
+    def _attach_clsact_ingress(self, nodes, prog_fd: int, prog_name: str) -> None:
+        """clsact + a direct-action cls_bpf filter on ingress of every port of ``nodes`` (one batch per node)."""
         batches = {}
-        for sw in self.topo.switches:
-            b = batches[sw] = Batch(self._socks[sw], self.ns[sw])
-            for p in self.topo.ports[sw]:
+        for node in nodes:
+            b = batches[node] = Batch(self._socks[node], self.ns[node])
+            for p in self.topo.ports[node]:
                 b.clsact(p.ifindex, p.ifname)
                 b.bpf_filter(p.ifindex, prog_fd, prog_name, True, p.ifname)
         self._commit(batches)
-        self.timings["attach"] = time.perf_counter() - t
 
     def attach_nic_release(self, prog_fd: int) -> None:
         """XDP on the leaf end of every host link, so a host's socket is released when its frame leaves the NIC

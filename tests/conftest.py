@@ -61,6 +61,16 @@ def inside_port_namespace(ports, tag: str):
         netns.delete([name])
 
 
+def load_or_skip(topo, switch_spec):
+    """The switch program loaded for ``topo``; the test module is skipped with BCC's one-line reason if it cannot
+    be built here."""
+    from testbed.datapath import Datapath, DatapathError
+    try:
+        return Datapath(topo, switch_spec).load()
+    except DatapathError as e:
+        pytest.skip(str(e))
+
+
 def make_scenario(**sections) -> scenario.Scenario:
     return scenario.from_dict(sections)
 

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from conftest import inside_port_namespace
+from conftest import inside_port_namespace, load_or_skip
 
 from testbed import scenario, topology
-from testbed.datapath import Datapath, DatapathError, hashing, testrun
+from testbed.datapath import hashing, testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT, TC_ACT_SHOT
 
 scapy_all = pytest.importorskip("scapy.all")
@@ -42,10 +42,7 @@ def netns_ports(topo):
 
 @pytest.fixture(scope="module")
 def loaded(topo, scen, netns_ports):
-    try:
-        dp = Datapath(topo, scen.switch).load()
-    except DatapathError as e:
-        pytest.skip(str(e))
+    dp = load_or_skip(topo, scen.switch)
     yield dp
     dp.close()
 
