@@ -7,8 +7,10 @@ One flow = one RC QP (requester on the flow's source host, responder on its dest
 carry a RETH, the last packet of a message asks for an ACK.
 
 Per host (agent process) one ``Endpoint``: a UDP socket bound to :4791 (receives data, ACK/NAK, CNP; IP_RECVTOS
-gives the ECN bits) and a raw socket for ACK/NAK/CNP. Each requester has its own raw IP socket (IP_HDRINCL: we
-build the IP header, because the ICRC covers it), so the shaped host link back-pressures it like a NIC queue.
+gives the ECN bits) and a raw socket for ACK/NAK/CNP. Each requester sends its data packets on its own UDP
+socket(s), one per entropy value (``rocewire.data_socket``: the kernel writes IPv4/UDP headers whose ICRC-covered
+fields are fixed — IP id 0 with DF — so the ICRC is still exact; IP_RECVERR makes a full shaped host link
+back-pressure it with ENOBUFS/EAGAIN like a NIC queue instead of dropping silently).
 
 Reliability (RC):
   receiver gbn  (what RoCE NICs do) the responder accepts only the expected PSN; on a gap it sends one NAK
@@ -34,7 +36,9 @@ import errno
 import hashlib
 import random
 import socket
+import struct
 import threading
+import zlib
 import time
 
 from . import rocewire as w
@@ -50,6 +54,7 @@ IP_TOS = socket.IP_TOS
 PADS = (b"", b"\0", b"\0\0", b"\0\0\0")
 RCVBUF = 8 << 20
 SO_RCVBUFFORCE = 33
+SOFT_ERRNOS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN)
 
 
 def rsp_qpn(fid: int) -> int:
@@ -393,13 +398,18 @@ class Requester:
         self.ep.users += 1
         self.lay = Layout(flow)
         self.npk = self.lay.npk
-        self.sock = _raw_socket(job.get("sndbuf_each"))
         self.dst = flow["dst_addr"]
-        self.tmpl = w.Template(flow["src_addr"], flow["dst_addr"], rsp_qpn(self.fid))
+        self.daddr = (self.dst, w.ROCE_PORT)
+        self.tmpl = w.DataTemplate(flow["src_addr"], flow["dst_addr"], rsp_qpn(self.fid))
         self.selective = o.get("receiver", "gbn") == "ooo"
         n_ent = int(o.get("entropy_values") or 1) if o.get("entropy") == "packet" else 1
         self.n_ent = max(1, n_ent)
         self.sport = min(flow["sport"], 65535 - self.n_ent + 1)
+        # one UDP socket per entropy value (the source port is the socket's); see rocewire.data_socket
+        self.socks = [w.data_socket(flow["src_addr"], self.sport + k, sndbuf=job.get("sndbuf_each"))
+                      for k in range(self.n_ent)]
+        self.sock = self.socks[0]                    # the one to poll for writability (the last that blocked)
+        self.ce_cmsg = [(socket.IPPROTO_IP, IP_TOS, struct.pack("i", (w.DSCP_ROCE << 2) | w.CE))]
         self.rto = float(o.get("rto_s", 0.01))
         self.ce_prob = float(o.get("ce_prob") or 0.0)
         self.rng = random.Random(0xCE + self.fid)
@@ -471,7 +481,8 @@ class Requester:
         if not self.done:
             self.done = True
             self.send_end = self.send_end or now
-            self.sock.close()
+            for sk in self.socks:
+                sk.close()
             self.ep.release()
         return DONE, None
 
@@ -505,8 +516,14 @@ class Requester:
                 return WAIT_TIME, self.next_t
             if self.next_t < now - MAX_LAG_S:
                 self.next_t = now - MAX_LAG_S
-        lay, tmpl, sock, data = self.lay, self.tmpl, self.sock, self.data
-        hmv = tmpl.hmv
+        # The hot path (bench/roce_rate.py): per packet one BTH pack_into, [RETH pack_into,] two or three crc32
+        # calls continuing from the cached IP/UDP prefix state, one sendmsg. Everything else is per flow.
+        lay, tmpl, data, daddr = self.lay, self.tmpl, self.data, self.daddr
+        bth, (v12, v28), pre, word1, pkey = tmpl.bth, tmpl.views, tmpl.pre, tmpl.word1, tmpl.pkey
+        socks, n_ent, sport0, ppm, mtu, lmsg = self.socks, self.n_ent, self.sport, lay.ppm, lay.mtu, lay.msg
+        full_msgs = lay.nmsg - 1 if npk is not None else None
+        crc32, pack_bth, pack_reth, pack_icrc = zlib.crc32, w.BTH.pack_into, w.RETH.pack_into, w.ICRC.pack
+        ce_prob = self.ce_prob
         for _ in range(BURST):
             if self.retxq:
                 idx = self.retxq.popleft()
@@ -518,33 +535,58 @@ class Requester:
                 from_q = False
             else:
                 break
-            m, j, n_in, off, ln = lay.where(idx)
-            first, last = j == 0, j == n_in - 1
-            op = (w.OP_WRITE_ONLY if last else w.OP_WRITE_FIRST) if first else (
-                w.OP_WRITE_LAST if last else w.OP_WRITE_MIDDLE)
-            reth = (0x10000000 + m * lay.msg, 0x1234, lay.msg_len(m)) if first else None
-            sport = self.sport + idx % self.n_ent if self.n_ent > 1 else self.sport
-            hl, pad = tmpl.build(op, idx, sport, ln, ackreq=last, reth=reth)
-            if self.ce_prob and self.rng.random() < self.ce_prob:
-                tmpl.hdr[1] |= w.CE
-            src = data[off:off + ln] if npk is not None else data[(off % lay.msg):(off % lay.msg) + ln]
-            pd = PADS[pad]
-            crc = tmpl.crc(hl, src, pd)
+            m, j = divmod(idx, ppm)
+            if full_msgs is None:                    # duration flow: the same region, message after message
+                ml, base = lmsg, 0
+            else:
+                ml = lmsg if m < full_msgs else lay.size - full_msgs * lmsg
+                base = m * lmsg
+            off_in = j * mtu
+            ln = ml - off_in
+            last = ln <= mtu
+            if not last:
+                ln = mtu
+            pad = -ln & 3
+            if j == 0:
+                pack_bth(bth, 0, w.OP_WRITE_ONLY if last else w.OP_WRITE_FIRST, pad << 4, pkey, word1,
+                         (0x80000000 if last else 0) | (idx & 0xFFFFFF))
+                pack_reth(bth, 12, 0x10000000 + m * lmsg, 0x1234, ml)
+                hv, hl = v28, 28
+            else:
+                pack_bth(bth, 0, w.OP_WRITE_LAST if last else w.OP_WRITE_MIDDLE, pad << 4, pkey, word1,
+                         (0x80000000 if last else 0) | (idx & 0xFFFFFF))
+                hv, hl = v12, 12
+            sport = sport0 + idx % n_ent if n_ent > 1 else sport0
+            ulen = 12 + hl + ln + pad                 # UDP header + BTH[+RETH] + payload + pad + ICRC (8+4)
+            c = pre.get(sport << 16 | ulen) or tmpl.prefix(sport, ulen)
+            src = data[base + off_in:base + off_in + ln]
+            c = crc32(src, crc32(hv, c))
+            bth[4] = 0                                # resv8a: masked (0xFF) in the ICRC, 0 on the wire
+            sock = socks[idx % n_ent] if n_ent > 1 else socks[0]
             try:
-                sock.sendmsg([hmv[:hl], src, pd, crc], (), 0, (self.dst, 0))
+                anc = self.ce_cmsg if ce_prob and self.rng.random() < ce_prob else ()
+                if pad:
+                    pd = PADS[pad]
+                    sock.sendmsg([hv, src, pd, pack_icrc(crc32(pd, c))], anc, 0, daddr)
+                else:
+                    sock.sendmsg([hv, src, pack_icrc(c)], anc, 0, daddr)
             except BlockingIOError:
                 if from_q:
                     self.retxq.appendleft(idx)
+                self.sock = sock
                 return WAIT_WRITE, None
             except OSError as e:
                 if e.errno == errno.ENOBUFS:
                     if from_q:
                         self.retxq.appendleft(idx)
+                    self.sock = sock
                     return WAIT_WRITE, None
+                if e.errno in SOFT_ERRNOS:             # a queued ICMP error (IP_RECVERR): not sent, try again
+                    if from_q:
+                        self.retxq.appendleft(idx)
+                    continue
                 self.error = f"send: {e.strerror}"
                 return self._finish(now)
-            finally:
-                tmpl.hdr[1] = tmpl.tos
             if not from_q:
                 self.nxt = idx + 1
             if idx < self.hi:
@@ -552,14 +594,15 @@ class Requester:
             else:
                 self.hi = idx + 1
             self.sent += 1
-            wire = hl + ln + pad + w.ICRC_LEN
             self.bytes += ln
-            if rp is not None:
-                rp.on_bytes(wire, now)
-            if rate:
-                self.next_t += wire * 8 / rate
-                if self.next_t > now:
-                    break
+            if rp is not None or rate:
+                wire = 20 + ulen
+                if rp is not None:
+                    rp.on_bytes(wire, now)
+                if rate:
+                    self.next_t += wire * 8 / rate
+                    if self.next_t > now:
+                        break
         else:
             return READY, None
         if rate and self.next_t > now:
