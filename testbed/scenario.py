@@ -191,6 +191,8 @@ class RoceSpec(Strict):
     reorder_window: int = Field(32, ge=1, le=1 << 20)   # ooo receiver: NAK a hole this many PSNs behind
     drop_prob: float = Field(0.0, ge=0.0, le=0.5)   # test-only: receiver discards this fraction of data packets
     ce_prob: float = Field(0.0, ge=0.0, le=1.0)     # test-only: sender CE-marks this fraction of packets
+    batch: int = Field(8, ge=1, le=32)              # same-size packets per UDP GSO sendmsg (entropy qp only);
+                                                    # 1 = one sendmsg per packet with UDP checksum 0
 
 
 class RxeSpec(Strict):

@@ -54,6 +54,28 @@ def test_icrc_masks_exactly_the_variant_fields():
         assert not w.icrc_ok(bytes(q)), f"byte {off} must be covered"
 
 
+def test_data_template_icrc_equals_whole_packet_icrc():
+    """The fast path (cached IP/UDP prefix CRC + resv8a fix-up) gives the ICRC the IBTA rules give, for every
+    IP id a GSO batch uses, with and without RETH and pad."""
+    import struct
+    import zlib
+    d = w.DataTemplate("10.0.0.1", "10.0.1.2", 0x123)
+    for ip_id, reth, ln in ((0, False, 1024), (5, False, 1024), (0, True, 1024), (2, False, 333), (1, True, 7)):
+        pad = -ln & 3
+        hl = 28 if reth else 12
+        ulen = 12 + hl + ln + pad
+        payload = bytes(range(256)) * 4
+        payload = payload[:ln]
+        hdr = (w.BTH_RETH.pack(6, pad << 4, 0xFFFF, d.word1, 5, 0x10000000, 0x1234, 4096) if reth else
+               w.BTH.pack(7, pad << 4, 0xFFFF, d.word1, 0x80000005))
+        c = zlib.crc32(payload, zlib.crc32(hdr, d.prefix(49152, ulen, ip_id)))
+        if pad:
+            c = zlib.crc32(bytes(pad), c)
+        ip = (w.IP.pack(0x45, 0x6A, 20 + ulen, ip_id, 0x4000, 64, 17, 0x1234, d.src, d.dst) +
+              w.UDP.pack(49152, 4791, ulen, 0xBEEF))
+        assert w.icrc_ok(ip + hdr + payload + bytes(pad) + struct.pack("<I", c ^ d.fix[ulen])), (ip_id, reth, ln)
+
+
 def test_ack_nak_cnp_decode():
     t = w.Template("10.0.1.2", "10.0.0.1", 0x77, tos=w.DSCP_ROCE << 2)   # as the responder builds it
     a = IP(w.ack_packet(t, 0xFFFFFF, 4791, msn=3))
@@ -198,7 +220,10 @@ def test_spray_needs_the_ooo_receiver(lab):
 
 @pytest.mark.e2e
 @pytest.mark.skipif(not shutil.which("tshark") or not shutil.which("tcpdump"), reason="needs tshark and tcpdump")
-def test_capture_decodes_as_roce_in_tshark(lab, tmp_path):
+@pytest.mark.parametrize("batch", [1, 8])
+def test_capture_decodes_as_roce_in_tshark(lab, tmp_path, batch):
+    """Batch 1: one sendmsg per packet, UDP checksum 0, IP id 0. Batch 8: UDP GSO runs (IP ids 0..7, a UDP
+    checksum): the ICRC must hold for every segment the kernel cut."""
     lb = _roce_lab(lab, "ecmp")
     pcap = tmp_path / "h1.pcap"
     cap = netns.spawn(lb.fabric.ns["h1"], ["tcpdump", "-i", lb.topo.ports["h1"][0].ifname, "-w", str(pcap), "-U",
@@ -206,7 +231,7 @@ def test_capture_decodes_as_roce_in_tshark(lab, tmp_path):
                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         time.sleep(1.0)
-        r, = _transfer(lb, size="64KB", roce={"message_size": "16KB"})
+        r, = _transfer(lb, size="64KB", roce={"message_size": "16KB", "batch": batch})
         time.sleep(0.3)
     finally:
         cap.send_signal(2)
@@ -234,6 +259,11 @@ def test_capture_decodes_as_roce_in_tshark(lab, tmp_path):
     assert len(pk) == len(rows)
     bad = [p.summary() for p in pk if not w.icrc_ok(bytes(p[IP])[:p[IP].len])]
     assert not bad, bad[:3]
+    sent = [p for p in pk if p[IP].src == lb.topo.address("h0")]
+    if batch == 1:
+        assert all(p[IP].id == 0 and p[UDP].chksum == 0 for p in sent)
+    else:
+        assert max(p[IP].id for p in sent) == batch - 1                 # GSO runs really went out
 
 
 @pytest.mark.e2e

@@ -54,6 +54,7 @@ IP_TOS = socket.IP_TOS
 PADS = (b"", b"\0", b"\0\0", b"\0\0\0")
 RCVBUF = 8 << 20
 SO_RCVBUFFORCE = 33
+SOL_UDP, UDP_SEGMENT = 17, 103
 SOFT_ERRNOS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN)
 
 
@@ -406,8 +407,9 @@ class Requester:
         self.n_ent = max(1, n_ent)
         self.sport = min(flow["sport"], 65535 - self.n_ent + 1)
         # one UDP socket per entropy value (the source port is the socket's); see rocewire.data_socket
-        self.socks = [w.data_socket(flow["src_addr"], self.sport + k, sndbuf=job.get("sndbuf_each"))
-                      for k in range(self.n_ent)]
+        self.batch = max(1, min(int(o.get("batch") or 1), 32))
+        self.socks = [w.data_socket(flow["src_addr"], self.sport + k, sndbuf=job.get("sndbuf_each"),
+                                    gso=self.batch > 1 and self.n_ent == 1) for k in range(self.n_ent)]
         self.sock = self.socks[0]                    # the one to poll for writability (the last that blocked)
         self.ce_cmsg = [(socket.IPPROTO_IP, IP_TOS, struct.pack("i", (w.DSCP_ROCE << 2) | w.CE))]
         self.rto = float(o.get("rto_s", 0.01))
@@ -516,24 +518,34 @@ class Requester:
                 return WAIT_TIME, self.next_t
             if self.next_t < now - MAX_LAG_S:
                 self.next_t = now - MAX_LAG_S
-        # The hot path (bench/roce_rate.py): per packet one BTH pack_into, [RETH pack_into,] two or three crc32
-        # calls continuing from the cached IP/UDP prefix state, one sendmsg. Everything else is per flow.
+        # The hot path (bench/roce_rate.py). Per packet: one struct.pack of BTH[+RETH], two or three crc32 calls
+        # continuing from the cached IP/UDP prefix state, ICRC pack. Runs of same-size packets to one socket go
+        # out as one UDP GSO sendmsg of up to ``batch`` packets (the kernel segments them; IP ids 0, 1, … —
+        # rocewire.data_socket); everything else is per flow.
         lay, tmpl, data, daddr = self.lay, self.tmpl, self.data, self.daddr
-        bth, (v12, v28), pre, word1, pkey = tmpl.bth, tmpl.views, tmpl.pre, tmpl.word1, tmpl.pkey
+        pre, fix, word1, pkey = tmpl.pre, tmpl.fix, tmpl.word1, tmpl.pkey
         socks, n_ent, sport0, ppm, mtu, lmsg = self.socks, self.n_ent, self.sport, lay.ppm, lay.mtu, lay.msg
         full_msgs = lay.nmsg - 1 if npk is not None else None
-        crc32, pack_bth, pack_reth, pack_icrc = zlib.crc32, w.BTH.pack_into, w.RETH.pack_into, w.ICRC.pack
+        crc32, pack_bth, pack_bthreth, pack_icrc = zlib.crc32, w.BTH.pack, w.BTH_RETH.pack, w.ICRC.pack
         ce_prob = self.ce_prob
+        batch = self.batch if (n_ent == 1 and not ce_prob) else 1
+        retxq, una, hi = self.retxq, self.una, self.hi
+        nxt, next_t = self.nxt, self.next_t
+        parts: list = []
+        meta: list = []
+        g_n, g_ulen, g_sock = 0, 0, None
+        broke = False
         for _ in range(BURST):
-            if self.retxq:
-                idx = self.retxq.popleft()
-                if idx < self.una or idx >= self.hi:
+            if retxq:
+                idx = retxq.popleft()
+                if idx < una or idx >= hi:
                     continue
                 from_q = True
-            elif npk is None or self.nxt < npk:
-                idx = self.nxt
+            elif npk is None or nxt < npk:
+                idx = nxt
                 from_q = False
             else:
+                broke = True
                 break
             m, j = divmod(idx, ppm)
             if full_msgs is None:                    # duration flow: the same region, message after message
@@ -547,67 +559,89 @@ class Requester:
             if not last:
                 ln = mtu
             pad = -ln & 3
-            if j == 0:
-                pack_bth(bth, 0, w.OP_WRITE_ONLY if last else w.OP_WRITE_FIRST, pad << 4, pkey, word1,
-                         (0x80000000 if last else 0) | (idx & 0xFFFFFF))
-                pack_reth(bth, 12, 0x10000000 + m * lmsg, 0x1234, ml)
-                hv, hl = v28, 28
-            else:
-                pack_bth(bth, 0, w.OP_WRITE_LAST if last else w.OP_WRITE_MIDDLE, pad << 4, pkey, word1,
-                         (0x80000000 if last else 0) | (idx & 0xFFFFFF))
-                hv, hl = v12, 12
-            sport = sport0 + idx % n_ent if n_ent > 1 else sport0
+            hl = 28 if j == 0 else 12
             ulen = 12 + hl + ln + pad                 # UDP header + BTH[+RETH] + payload + pad + ICRC (8+4)
-            c = pre.get(sport << 16 | ulen) or tmpl.prefix(sport, ulen)
-            src = data[base + off_in:base + off_in + ln]
-            c = crc32(src, crc32(hv, c))
-            bth[4] = 0                                # resv8a: masked (0xFF) in the ICRC, 0 on the wire
+            sport = sport0 + idx % n_ent if n_ent > 1 else sport0
             sock = socks[idx % n_ent] if n_ent > 1 else socks[0]
-            try:
-                anc = self.ce_cmsg if ce_prob and self.rng.random() < ce_prob else ()
-                if pad:
-                    pd = PADS[pad]
-                    sock.sendmsg([hv, src, pd, pack_icrc(crc32(pd, c))], anc, 0, daddr)
-                else:
-                    sock.sendmsg([hv, src, pack_icrc(c)], anc, 0, daddr)
-            except BlockingIOError:
+            if g_n and (ulen != g_ulen or sock is not g_sock or g_n == batch):
+                st = self._send(g_sock, parts, meta, g_ulen, daddr, rp, rate, now)
+                if st is not None:
+                    return st
+                parts, meta, g_n = [], [], 0
+            psnw = (0x80000000 if last else 0) | (idx & 0xFFFFFF)
+            if j == 0:
+                hdr = pack_bthreth(w.OP_WRITE_ONLY if last else w.OP_WRITE_FIRST, pad << 4, pkey, word1, psnw,
+                                   0x10000000 + m * lmsg, 0x1234, ml)
+            else:
+                hdr = pack_bth(w.OP_WRITE_LAST if last else w.OP_WRITE_MIDDLE, pad << 4, pkey, word1, psnw)
+            key = (sport << 16 | ulen) << 7 | g_n      # IP id = position in the GSO batch
+            c = pre.get(key)
+            if c is None:
+                c = tmpl.prefix(sport, ulen, g_n)
+            src = data[base + off_in:base + off_in + ln]
+            c = crc32(src, crc32(hdr, c))
+            if pad:
+                pd = PADS[pad]
+                parts += (hdr, src, pd, pack_icrc(crc32(pd, c) ^ fix[ulen]))
+            else:
+                parts += (hdr, src, pack_icrc(c ^ fix[ulen]))
+            meta.append((idx, from_q, ln))
+            g_n += 1
+            g_ulen, g_sock = ulen, sock
+            if not from_q:
+                nxt = idx + 1
+            if rate:
+                next_t += (20 + ulen) * 8 / rate
+                if next_t > now:
+                    broke = True
+                    break
+        if g_n:
+            st = self._send(g_sock, parts, meta, g_ulen, daddr, rp, rate, now)
+            if st is not None:
+                return st
+        if not broke:                                 # a whole burst went out: more may be ready
+            return READY, None
+        if rate and self.next_t > now:
+            return WAIT_TIME, min(self.next_t, now + POLL_S)
+        return WAIT_TIME, now + POLL_S             # waiting for ACKs (or the RTO)
+
+    def _send(self, sock, parts, meta, ulen, daddr, rp, rate, now):
+        """Send one run of ``len(meta)`` packets of UDP length ``ulen`` (one GSO sendmsg when more than one) and
+        commit them (PSN state, counters, pacing); on back-pressure put them back and say what to wait for."""
+        k = len(meta)
+        try:
+            if k > 1:
+                sock.sendmsg(parts, [(SOL_UDP, UDP_SEGMENT, struct.pack("H", ulen - 8))], 0, daddr)
+            elif self.ce_prob and self.rng.random() < self.ce_prob:
+                sock.sendmsg(parts, self.ce_cmsg, 0, daddr)
+            else:
+                sock.sendmsg(parts, (), 0, daddr)
+        except OSError as e:
+            for idx, from_q, _ln in reversed(meta):
                 if from_q:
                     self.retxq.appendleft(idx)
+            if isinstance(e, BlockingIOError) or e.errno == errno.ENOBUFS:
                 self.sock = sock
                 return WAIT_WRITE, None
-            except OSError as e:
-                if e.errno == errno.ENOBUFS:
-                    if from_q:
-                        self.retxq.appendleft(idx)
-                    self.sock = sock
-                    return WAIT_WRITE, None
-                if e.errno in SOFT_ERRNOS:             # a queued ICMP error (IP_RECVERR): not sent, try again
-                    if from_q:
-                        self.retxq.appendleft(idx)
-                    continue
-                self.error = f"send: {e.strerror}"
-                return self._finish(now)
+            if e.errno in SOFT_ERRNOS:                 # a queued ICMP error (IP_RECVERR): not sent, try again
+                return READY, None
+            self.error = f"send: {e.strerror}"
+            return self._finish(now)
+        wire = 20 + ulen
+        for idx, from_q, ln in meta:
             if not from_q:
                 self.nxt = idx + 1
             if idx < self.hi:
                 self.retrans += 1
             else:
                 self.hi = idx + 1
-            self.sent += 1
             self.bytes += ln
-            if rp is not None or rate:
-                wire = 20 + ulen
-                if rp is not None:
-                    rp.on_bytes(wire, now)
-                if rate:
-                    self.next_t += wire * 8 / rate
-                    if self.next_t > now:
-                        break
-        else:
-            return READY, None
-        if rate and self.next_t > now:
-            return WAIT_TIME, min(self.next_t, now + POLL_S)
-        return WAIT_TIME, now + POLL_S             # waiting for ACKs (or the RTO)
+            if rp is not None:
+                rp.on_bytes(wire, now)
+            if rate:
+                self.next_t += wire * 8 / rate
+        self.sent += k
+        return None
 
     def stats(self) -> dict:
         rp = self.rp

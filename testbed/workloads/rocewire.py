@@ -39,6 +39,7 @@ PSN_HALF = 1 << 23
 IP = struct.Struct("!BBHHHBBH4s4s")
 UDP = struct.Struct("!HHHH")
 BTH = struct.Struct("!BBHII")          # opcode, SE|M|pad|tver, P_Key, resv8a|destQP, A|resv7|PSN
+BTH_RETH = struct.Struct("!BBHIIQII")  # BTH + RETH in one pack
 RETH = struct.Struct("!QII")           # virtual address, R_Key, DMA length
 AETH = struct.Struct("!I")             # syndrome << 24 | MSN
 ICRC = struct.Struct("<I")
@@ -140,17 +141,23 @@ SO_NO_CHECK = 11
 IP_MTU_DISCOVER, IP_PMTUDISC_DO, IP_RECVERR = 10, 2, 11
 
 
-def data_socket(src: str, sport: int, tos: int = (DSCP_ROCE << 2) | ECT0, sndbuf: int | None = None) -> socket.socket:
+def data_socket(src: str, sport: int, tos: int = (DSCP_ROCE << 2) | ECT0, sndbuf: int | None = None,
+                gso: bool = False) -> socket.socket:
     """A UDP socket for a requester's data packets: the kernel writes the IPv4 + UDP headers (as cheap as a plain
-    ``sendto``; a raw IP_HDRINCL socket cost ~20 % more per packet in the kernel, measured). What the kernel writes is fixed,
-    so the ICRC can still be computed in advance: DF set (IP_PMTUDISC_DO) on an unconnected socket makes Linux use
-    IP identification 0 (``ip_select_ident_segs``: no per-socket id without a connected peer, and DF datagrams get
-    id 0), TOS from IP_TOS (ECT0 by default; a per-packet IP_TOS cmsg can set CE), UDP checksum 0 (SO_NO_CHECK, as
-    RoCE NICs send). TTL and the IP header checksum are masked out of the ICRC anyway. Bound to ``sport`` (the
-    entropy ECMP hashes; SO_REUSEADDR so flows may share a port)."""
+    ``sendto``; a raw IP_HDRINCL socket cost ~20 % more per packet in the kernel, measured). What the kernel
+    writes is fixed, so the ICRC can still be computed in advance: DF set (IP_PMTUDISC_DO) on an unconnected
+    socket makes Linux use IP identification 0 (``ip_select_ident_segs``: no per-socket id without a connected
+    peer, and DF datagrams get id 0); a UDP GSO send of k packets gets ids 0, 1, …, k−1 (``inet_gso_segment``
+    counts up from the first; checked on 6.18 over a veth with gso_max_segs 1, as the fabric's host NICs have).
+    TOS from IP_TOS (ECT0 by default; a per-packet IP_TOS cmsg can set CE). UDP checksum: 0 (SO_NO_CHECK, as RoCE
+    NICs send) unless ``gso`` — the kernel refuses GSO without UDP checksums, so batched packets carry one (on
+    veths it stays CHECKSUM_PARTIAL: a capture shows the pseudo-header sum). TTL and both checksums are masked
+    out of the ICRC, so the ICRC is the same either way. Bound to ``sport`` (the entropy ECMP hashes;
+    SO_REUSEADDR so flows may share a port)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
+    if not gso:
+        s.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
     s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
     s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)          # it never receives
@@ -165,31 +172,39 @@ def data_socket(src: str, sport: int, tos: int = (DSCP_ROCE << 2) | ECT0, sndbuf
     return s
 
 
+class _Fix(dict):
+    """ulen → the ICRC correction for sending BTH resv8a as 0 while the ICRC covers it masked (0xFF). CRC is
+    affine: crc(seed, A) ^ crc(seed, B) = L(A ^ B) for equal lengths, so the correction is the CRC of 0xFF at
+    that byte followed by the rest of the covered bytes, minus the CRC of zeros — one constant per length."""
+
+    def __missing__(self, ulen: int) -> int:
+        n = ulen - UDP_LEN - ICRC_LEN                  # BTH … pad: the covered bytes after the UDP header
+        v = self[ulen] = zlib.crc32(bytes(4) + b"\xff" + bytes(n - 5)) ^ zlib.crc32(bytes(n))
+        return v
+
+
 class DataTemplate:
     """Data-packet builder for a :func:`data_socket`: we write BTH [+ RETH] / payload / pad / ICRC, the kernel
-    the IPv4/UDP headers (id 0, DF, TOS, UDP checksum 0 — see :func:`data_socket`). Byte-identical on the wire to
-    :class:`Template` packets except IP identification 0 instead of a counter.
+    the IPv4/UDP headers (see :func:`data_socket`). On the wire the same as :class:`Template` packets except the
+    IP identification (0, or the position in a GSO batch) and, for batched sends, the UDP checksum.
 
-    The CRC state after [8×0xFF LRH][masked IPv4][masked UDP] depends only on (source port, UDP length): cached.
-    ``bth`` holds the BTH with resv8a already masked (0xFF, as the ICRC wants it); write it with
-    ``BTH.pack_into(bth, 0, opcode, pad << 4, pkey, word1, ackreq << 31 | psn)``, CRC it, then clear ``bth[4]``
-    before sending."""
+    ``pre[key]``: CRC state after [8×0xFF LRH][masked IPv4 with id][masked UDP], key = (sport << 16 | udp_len)
+    << 7 | ip_id (cached: :meth:`prefix`). ``fix[udp_len]``: xor into the CRC of the real bytes (resv8a 0) to get
+    the ICRC (resv8a masked). Pack the BTH with ``word1`` (resv8a 0 | dest QP)."""
 
     def __init__(self, src: str, dst: str, dqpn: int, pkey: int = PKEY_DEFAULT):
         self.src, self.dst = socket.inet_aton(src), socket.inet_aton(dst)
         self.pkey = pkey
-        self.word1 = 0xFF000000 | (dqpn & PSN_MASK)
-        self.bth = bytearray(BTH_LEN + RETH_LEN)
-        bmv = memoryview(self.bth)
-        self.views = (bmv[:BTH_LEN], bmv[:BTH_LEN + RETH_LEN])
+        self.word1 = dqpn & PSN_MASK
         self.pre: dict[int, int] = {}
+        self.fix = _Fix()
 
-    def prefix(self, sport: int, udp_len: int) -> int:
-        key = sport << 16 | udp_len
+    def prefix(self, sport: int, udp_len: int, ip_id: int = 0) -> int:
+        key = (sport << 16 | udp_len) << 7 | ip_id
         c = self.pre.get(key)
         if c is None:
             h = bytearray(IP_LEN + UDP_LEN)
-            IP.pack_into(h, 0, 0x45, 0xFF, IP_LEN + udp_len, 0, 0x4000, 0xFF, socket.IPPROTO_UDP, 0xFFFF,
+            IP.pack_into(h, 0, 0x45, 0xFF, IP_LEN + udp_len, ip_id, 0x4000, 0xFF, socket.IPPROTO_UDP, 0xFFFF,
                          self.src, self.dst)
             UDP.pack_into(h, IP_LEN, sport, ROCE_PORT, udp_len, 0xFFFF)
             c = self.pre[key] = zlib.crc32(h, LRH_SEED)
