@@ -188,7 +188,9 @@ class RoceSpec(Strict):
     message_size: Optional[Size] = None             # RDMA WRITE size; None = the whole flow (1MB for duration flows)
     mtu: Optional[Literal[256, 512, 1024, 2048, 4096]] = None   # IB path MTU; None = largest fitting packet_size
     rto: Annotated[int, _unit(units.time_ns), Field(ge=100_000)] = units.time_ns("10ms")
-    reorder_window: int = Field(32, ge=1, le=1 << 20)   # ooo receiver: NAK a hole this many PSNs behind
+    reorder_window: int = Field(32, ge=1, le=1 << 20)   # ooo receiver: NAK a hole this many PSNs behind …
+    reorder_time: Optional[Annotated[int, _unit(units.time_ns), Field(ge=0)]] = None   # … and this long after
+                                                    # (None = rto / 4): sprayed paths reorder by queueing-delay spread
     drop_prob: float = Field(0.0, ge=0.0, le=0.5)   # test-only: receiver discards this fraction of data packets
     ce_prob: float = Field(0.0, ge=0.0, le=1.0)     # test-only: sender CE-marks this fraction of packets
     batch: int = Field(8, ge=1, le=32)              # same-size packets per UDP GSO sendmsg (entropy qp only);

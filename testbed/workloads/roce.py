@@ -18,7 +18,9 @@ Reliability (RC):
                 goes back to that PSN and resends everything from it (go-back-N).
   receiver ooo  (DDP / IRN style) the responder places every packet by its PSN (the message layout is known to
                 both ends, as DDP placement information would tell it), acknowledges cumulatively and NAKs a
-                missing PSN selectively once the highest received PSN is ``reorder_window`` packets past it;
+                missing PSN selectively once the highest received PSN is ``reorder_window`` packets past it
+                and that happened ``reorder_time`` ago (sprayed paths reorder by the spread of their queueing
+                delays, in time more than in packets: a faster sender deepens the reordering in PSNs);
                 the requester then resends only that PSN (selective repeat).
   Cumulative ACKs every ``ACK_EVERY`` in-order packets and on every ack-request; retransmit timeout ``rto_s``
   (go back to / resend the oldest unacknowledged PSN).
@@ -232,6 +234,9 @@ class Responder:
         self.size = flow["size_bytes"]
         self.ooo_mode = o.get("receiver", "gbn") == "ooo"
         self.window = int(o.get("reorder_window", 32))
+        self.reorder_s = float(o.get("reorder_time_s", 0.0))
+        self.passed: collections.deque = collections.deque()   # (limit, when the highest PSN passed it)
+        self.limit_seen = 0
         self.region = bytearray(self.size) if self.size is not None else None
         self.have = bytearray(self.lay.npk) if (self.ooo_mode and self.lay.npk) else bytearray()
         self.epsn = 0
@@ -354,13 +359,19 @@ class Responder:
             advanced = True
         if advanced:
             self.since_ack += 1
-        # selective NAK: holes the highest PSN has passed by more than the reorder window
+        # selective NAK: holes the highest PSN passed by more than the reorder window at least reorder_s ago
         limit = self.highest - self.window
-        if limit > self.nak_upto:
-            for j in range(max(self.epsn, self.nak_upto), limit):
+        if limit > self.limit_seen:
+            self.passed.append((limit, now))
+            self.limit_seen = limit
+        ripe = self.nak_upto
+        while self.passed and now - self.passed[0][1] >= self.reorder_s:
+            ripe = max(ripe, self.passed.popleft()[0])
+        if ripe > self.nak_upto:
+            for j in range(max(self.epsn, self.nak_upto), ripe):
                 if not have[j]:
                     self._ack(nak_psn=j & w.PSN_MASK)
-            self.nak_upto = limit
+            self.nak_upto = ripe
         if ackreq or self.since_ack >= ACK_EVERY:
             self._ack()
         self._done_check(now)
