@@ -1,6 +1,6 @@
 """RoCE engine send rate on one core vs a plain Python UDP sendto loop, in the same run (goal ≥ 0.9×).
 
-Where: by default over a veth pair between two fresh namespaces (``rbench-<pid>-a`` → ``-b``), the sending end
+Where: by default over a veth pair between two fresh namespaces (``ftb-benchroce<pid>-a`` → ``-b``), the sending end
 configured like a fabric host NIC (gso_max_segs 1: a GSO send is segmented on the sending side, so every packet
 costs the kernel its own skb, as in the testbed); ``--lo`` sends to 127.0.0.1 instead. Each side sends to a bound
 sink socket with a tiny receive buffer (no ICMP port-unreachable storm). Everything runs pinned to one core.
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
 
 from testbed import netns
+from testbed.netlink import Batch
 from testbed.scenario import RoceSpec
 from testbed.workloads import roce
 
@@ -89,21 +89,27 @@ class Veth:
     """Two namespaces joined by a veth pair; the sending end like a fabric host NIC (gso_max_segs 1)."""
 
     def __init__(self):
-        self.a, self.b = f"rbench-{os.getpid()}-a", f"rbench-{os.getpid()}-b"
+        self.a, self.b = f"{netns.PREFIX}benchroce{os.getpid()}-a", f"{netns.PREFIX}benchroce{os.getpid()}-b"
 
     def __enter__(self):
-        netns.create([self.a, self.b])
+        socks = netns.create([self.a, self.b], netlink=True)
+        fd = os.open(netns.path(self.b), os.O_RDONLY)
         try:
-            for cmd in (["ip", "-n", self.a, "link", "add", "va", "gso_max_segs", "1", "type", "veth", "peer",
-                         "name", "vb", "netns", self.b],
-                        ["ip", "-n", self.a, "addr", "add", f"{A_ADDR}/24", "dev", "va"],
-                        ["ip", "-n", self.b, "addr", "add", f"{B_ADDR}/24", "dev", "vb"],
-                        ["ip", "-n", self.a, "link", "set", "va", "up"],
-                        ["ip", "-n", self.b, "link", "set", "vb", "up"]):
-                subprocess.run(cmd, check=True, capture_output=True)
+            ba, bb = Batch(socks[self.a], self.a), Batch(socks[self.b], self.b)
+            ba.veth("va", 2, "02:fb:ee:00:00:01", 1500, "vb", 2, "02:fb:ee:00:00:02", fd, gso_max_segs=1)
+            ba.address(2, A_ADDR, 24)
+            ba.link_up(2, "va")
+            ba.commit()
+            bb.address(2, B_ADDR, 24)
+            bb.link_up(2, "vb")
+            bb.commit()
         except BaseException:
             self.__exit__()
             raise
+        finally:
+            os.close(fd)
+            for s in socks.values():
+                s.close()
         return self
 
     def __exit__(self, *exc):

@@ -15,7 +15,7 @@ from scapy.layers.inet import IP, UDP
 from testbed import netns, workloads
 from testbed.workloads import rocewire as w
 from testbed.workloads.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint, jain
-from testbed.workloads.roce import Layout
+from testbed.workloads.roce import Layout, Responder
 
 from conftest import make_scenario
 
@@ -99,6 +99,59 @@ def test_psn_unwrap_and_layout():
     assert lay.where(9) == (2, 1, 2, 8192 + 1024, 10_000 - 8192 - 1024)
     total = sum(lay.where(i)[4] for i in range(lay.npk))
     assert total == 10_000
+
+
+class _CtlSink:
+    """Stands in for the host Endpoint: keeps the (N)AKs a Responder sends."""
+
+    def __init__(self):
+        self.naks: list[int] = []
+
+    def send_ctl(self, pkt: bytes, dst: str) -> None:
+        a = IP(pkt)
+        if a[AETH].syndrome >> 5 == 3:                  # NAK
+            self.naks.append(a[BTH].psn)
+
+
+def _ooo_responder(window=4, reorder_time_s=1e-3, rto_s=8e-3, npk=200):
+    ep = _CtlSink()
+    flow = {"flow_id": 0, "size_bytes": npk * 1024, "src_addr": "10.0.0.1", "dst_addr": "10.0.1.2", "sport": 49152,
+            "opts": {"receiver": "ooo", "mtu": 1024, "msg_bytes": npk * 1024, "reorder_window": window,
+                     "reorder_time_s": reorder_time_s, "rto_s": rto_s, "cnp_interval_s": 1e-3}}
+    return Responder(flow, ep, drain_s=0.1), ep
+
+
+def _deliver(r: Responder, psn: int, now: float) -> None:
+    op = w.OP_WRITE_FIRST if psn == 0 else w.OP_WRITE_MIDDLE
+    hdr = (w.BTH_RETH.pack(op, 0, 0xFFFF, 0x100, psn, 0, 0, 1 << 20) if psn == 0 else
+           w.BTH.pack(op, 0, 0xFFFF, 0x100, psn))
+    pkt = hdr + bytes(1024) + bytes(4)
+    r.on_data(bytearray(pkt), len(pkt), op, w.ECT0, now)
+
+
+def test_ooo_naks_a_hole_only_after_window_and_time_and_learns_from_spurious_naks():
+    r, ep = _ooo_responder()
+    t = 0.0
+    for psn in [0, 1, 2] + list(range(4, 40)):          # PSN 3 is late; 10 µs apart: 36 packets in 0.36 ms
+        _deliver(r, psn, t)
+        t += 10e-6
+    assert ep.naks == []                                # passed by the window, but not for 1 ms yet
+    _deliver(r, 3, t)                                   # a late original fills the hole: nothing to resend
+    assert ep.naks == [] and r.epsn == 40
+    for psn in [40] + list(range(42, 60)):              # PSN 41 is late ...
+        _deliver(r, psn, t)
+    t += 1.1e-3
+    _deliver(r, 60, t)                                  # ... by more than 1 ms: NAKed once
+    assert ep.naks == [41] and r.reorder_s == pytest.approx(1e-3)
+    _deliver(r, 41, t + 1e-4)                           # the original, late
+    _deliver(r, 41, t + 2e-4)                           # the retransmission: a duplicate of a NAKed PSN
+    assert r.spurious == 1 and r.reorder_s == pytest.approx(2e-3)   # the NAK was spurious: wait longer
+    _deliver(r, 41, t + 3e-4)
+    assert r.spurious == 1                              # one D-SACK-like signal per NAK
+    for _ in range(5):                                  # it grows at most to the RTO
+        r.reorder_grown_at = -1.0
+        r._spurious_nak(41, 1.0)
+    assert r.reorder_s == pytest.approx(8e-3)
 
 
 # ---------------------------------------------------------------- DCQCN (pure)

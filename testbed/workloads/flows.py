@@ -181,7 +181,8 @@ def roce_opts(traffic, topo) -> dict:
     return {"receiver": traffic.receiver, "cc": traffic.cc, "mtu": mtu, "msg_bytes": r.message_size,
             "entropy": r.entropy, "entropy_values": r.entropy_values, "rto_s": r.rto / 1e9,
             "reorder_window": r.reorder_window,
-            "reorder_time_s": (r.reorder_time if r.reorder_time is not None else r.rto / 4) / 1e9, "drop_prob": r.drop_prob, "ce_prob": r.ce_prob, "batch": r.batch,
+            "reorder_time_s": (r.reorder_time if r.reorder_time is not None else r.rto / 4) / 1e9,
+            "drop_prob": r.drop_prob, "ce_prob": r.ce_prob, "batch": r.batch,
             "cnp_interval_s": params.cnp_interval_s, "dcqcn": params.to_dict()}
 
 

@@ -60,6 +60,9 @@ SOL_UDP, UDP_SEGMENT = 17, 103
 SOFT_ERRNOS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN)
 
 
+GOT, NAKED, NAKED_GOT = 1, 2, 3      # ooo receiver's per-PSN bits: received, NAKed (0: missing)
+
+
 def rsp_qpn(fid: int) -> int:
     return 0x100 + 2 * fid
 
@@ -235,6 +238,9 @@ class Responder:
         self.ooo_mode = o.get("receiver", "gbn") == "ooo"
         self.window = int(o.get("reorder_window", 32))
         self.reorder_s = float(o.get("reorder_time_s", 0.0))
+        self.reorder_max_s = max(self.reorder_s, float(o.get("rto_s", 0.01)))
+        self.reorder_grown_at = -1.0
+        self.spurious = 0
         self.passed: collections.deque = collections.deque()   # (limit, when the highest PSN passed it)
         self.limit_seen = 0
         self.region = bytearray(self.size) if self.size is not None else None
@@ -339,14 +345,16 @@ class Responder:
         have = self.have
         if idx >= len(have):
             have.extend(bytes(idx - len(have) + 4096))
-        if idx < self.epsn or have[idx]:
+        if idx < self.epsn or have[idx] & GOT:
+            if have[idx] == NAKED_GOT:
+                self._spurious_nak(idx, now)
             self.dup += 1
             self.dups_since_ack += 1
             if ackreq or self.dups_since_ack >= ACK_EVERY:
                 self.dups_since_ack = 0
                 self._ack()
             return
-        have[idx] = 1
+        have[idx] = NAKED_GOT if have[idx] == NAKED else GOT
         self._place(buf, idx, hl, plen, now)
         if idx != self.epsn:
             self.ooo += 1
@@ -354,7 +362,7 @@ class Responder:
             self.highest = idx
         advanced = False
         n = len(have)
-        while self.epsn < n and have[self.epsn]:
+        while self.epsn < n and have[self.epsn] & GOT:
             self.epsn += 1
             advanced = True
         if advanced:
@@ -369,12 +377,23 @@ class Responder:
             ripe = max(ripe, self.passed.popleft()[0])
         if ripe > self.nak_upto:
             for j in range(max(self.epsn, self.nak_upto), ripe):
-                if not have[j]:
+                if not have[j] & GOT:
+                    have[j] = NAKED
                     self._ack(nak_psn=j & w.PSN_MASK)
             self.nak_upto = ripe
         if ackreq or self.since_ack >= ACK_EVERY:
             self._ack()
         self._done_check(now)
+
+    def _spurious_nak(self, idx: int, now: float) -> None:
+        """A second copy of a PSN we NAKed: the original was late, not lost (the NAK was spurious, as a D-SACK
+        tells TCP). Like RACK's reordering window, double reorder_s — at most once per reorder_s, up to the RTO:
+        beyond that the requester's timer retransmits anyway."""
+        self.have[idx] = GOT
+        self.spurious += 1
+        if now - self.reorder_grown_at >= self.reorder_s and self.reorder_s < self.reorder_max_s:
+            self.reorder_s = min(self.reorder_max_s, max(2 * self.reorder_s, 1e-4))
+            self.reorder_grown_at = now
 
     # -- the agent's RxFlow interface
     @property
