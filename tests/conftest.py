@@ -61,14 +61,20 @@ def inside_port_namespace(ports, tag: str):
         netns.delete([name])
 
 
-def load_or_skip(topo, switch_spec):
-    """The switch program loaded for ``topo``; the test module is skipped with BCC's one-line reason if it cannot
-    be built here."""
+@contextlib.contextmanager
+def loaded_datapath(topo, switch_spec, ports, tag: str):
+    """The switch program loaded for ``topo`` inside :func:`inside_port_namespace` (ports, tag), for a
+    PROG_TEST_RUN module; the module is skipped with BCC's one-line reason if it cannot be built here."""
     from testbed.datapath import Datapath, DatapathError
-    try:
-        return Datapath(topo, switch_spec).load()
-    except DatapathError as e:
-        pytest.skip(str(e))
+    with inside_port_namespace(ports, tag):
+        try:
+            dp = Datapath(topo, switch_spec).load()
+        except DatapathError as e:
+            pytest.skip(str(e))
+        try:
+            yield dp
+        finally:
+            dp.close()
 
 
 def make_scenario(**sections) -> scenario.Scenario:

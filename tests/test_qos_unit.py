@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import inside_port_namespace, load_or_skip
+from conftest import loaded_datapath
 
 from testbed import scenario, topology
 from testbed.datapath import N_PRIO, testrun
@@ -45,17 +45,9 @@ def topo(scen):
 
 
 @pytest.fixture(scope="module")
-def netns_ports(topo):
-    """Run the module inside a throwaway namespace with a device for every port's ifindex."""
-    with inside_port_namespace([p for ps in topo.ports.values() for p in ps], "qut") as name:
-        yield name
-
-
-@pytest.fixture(scope="module")
-def loaded(topo, scen, netns_ports):
-    dp = load_or_skip(topo, scen.switch)
-    yield dp
-    dp.close()
+def loaded(topo, scen):
+    with loaded_datapath(topo, scen.switch, [p for ps in topo.ports.values() for p in ps], "qut") as dp:
+        yield dp
 
 
 @pytest.fixture
