@@ -110,10 +110,12 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
             pcaps = captures.stop()
         used = telemetry.paths_used(topo, lab.datapath.flow_paths(), flows)
         drops = lab.datapath.drop_counters()
+        resyncs = lab.datapath.resyncs
         timings = dict(lab.fabric.timings)
     ended = time.time()
     from .datapath.pfc import summarize_reactions
-    qos = {"queue_model_error": sampler.model_error(), "headroom_warnings": lab.warnings,
+    qos = {"queue_model_error": sampler.model_error(), "queue_model_resyncs": resyncs,
+           "headroom_warnings": lab.warnings,
            "pfc_agent": summarize_reactions(lab.pfc_results) if lab.pfc_results else None,
            "pfc_agent_errors": (lab.pfc_results or {}).get("errors", [])}
 

@@ -81,20 +81,23 @@ class LinkSampler:
 
     def _backlogs(self, model: dict | None = None) -> dict[int, tuple[int, int, int, int, int]]:
         """Root qdisc counters (bytes, packets, drops, qlen, backlog) of every switch port; with ``model``, the
-        queue model's depth of each port is read right after its switch's dump, so the two describe (nearly)
-        the same instant."""
+        queue model's depth of each port is read around its switch's dump, so the two describe (nearly) the
+        same instant, and a model that drifted from the real backlog is reset to it
+        (``Datapath.sync_queue_models``): ``queue_model_bytes`` is the model before that reset, i.e. the drift
+        of one interval."""
         out = {}
         if self.fabric is None:
             return out
         for sw in self.topo.switches:
+            read = (lambda sw=sw: self.fabric.qdisc_stats([sw]))
             try:
-                got = self.fabric.qdisc_stats([sw])
+                if model is not None and hasattr(self.dp, "sync_queue_models"):
+                    got, depths = self.dp.sync_queue_models([p.ifindex for p in self.topo.ports[sw]], read)
+                    model.update(depths)
+                else:
+                    got = read()
             except OSError:
                 continue
-            if model is not None and hasattr(self.dp, "queue_depth"):
-                for p in self.topo.ports[sw]:
-                    if p.ifindex in got:
-                        model[p.ifindex] = self.dp.queue_depth(p.ifindex)
             out.update(got)
         return out
 

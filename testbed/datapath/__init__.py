@@ -23,6 +23,7 @@ from . import hashing, kheaders, source
 from ..fabric import class_limit
 from .bccutil import import_bcc, quiet_stderr
 from .errors import DatapathError
+from .pfc import ingress_queued, resynced_finish
 
 __all__ = ["Datapath", "DatapathError", "PortCounters", "QueueCounters", "N_PRIO", "FlowPath", "DROP_REASONS", "MODES", "SPRAY_KINDS"]
 
@@ -119,6 +120,7 @@ class Datapath:
         self.topo = topo
         self.switch_spec = switch_spec
         self._bpf = None
+        self.resyncs = 0                       # queue models reset to the real backlog (sync_queue_models)
         self._fn = None
         self.compile_seconds: float | None = None
         self._names = {i: n for n, i in topo.switch_ids.items()}
@@ -294,7 +296,6 @@ class Datapath:
         """PFC ingress accounting: bytes that arrived on (ifindex, prio) and still sit in the switch's egress
         queues (what Xoff/Xon compare against)."""
         self._need()
-        from .pfc import ingress_queued
         return ingress_queued(self._bpf, self.sizes["ACCT_SLOTS"], ifindex, prio)
 
     def queue_depth(self, ifindex: int, prio: int | None = None) -> int:
@@ -316,6 +317,42 @@ class Datapath:
             if v > eff:
                 total += (v - eff) * 1000 // ps
         return total
+
+    def sync_queue_models(self, ifindexes, read_backlogs) -> tuple[dict, dict[int, int]]:
+        """Read the real backlogs (``read_backlogs()``: a root-qdisc dump, ifindex → (bytes, packets, drops,
+        qlen, backlog)) between two reads of the models of ``ifindexes``; return the dump and each port's model
+        depth at that instant, and — on single-queue ports (no traffic classes) — reset a model that is more than
+        a frame off to the real backlog.
+
+        Why: the model drains at the nominal rate, but the real shaper can fall a few ms behind (a late timer or
+        softirq, even on a quiet machine). On a queue that never empties that lag never comes back: the real
+        queue stayed 10–20 KB (10–30 %) above the model for the rest of the run, so the switch's tail drop and
+        ECN acted on the wrong depth. Ports with traffic classes are resynchronised by the PFC agent at each
+        pause and resume instead (their qdisc root holds the sum of their classes)."""
+        self._need()
+        vq, pq = self._bpf[b"vq"], self._bpf[b"port_qos"]
+        single = not self.switch_spec.classes_on
+        keys = {i: vq.Key(i * N_PRIO) for i in ifindexes}
+        before = {i: vq[k].value for i, k in keys.items()} if single else {}
+        dump = read_backlogs()
+        now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        depths: dict[int, int] = {}
+        for i, k in keys.items():
+            if i not in dump:
+                continue
+            if not single:
+                depths[i] = self.queue_depth(i)
+                continue
+            ps = pq[pq.Key(i)].ps_per_byte
+            if not ps:
+                continue
+            v = vq[k].value
+            depths[i] = max(0, v - now) * 1000 // ps
+            real = dump[i][4]
+            if abs(depths[i] - real) > self.topo.spec.mtu:
+                vq[k] = vq.Leaf(resynced_finish(now, real, ps, before[i], v))
+                self.resyncs += 1
+        return dump, depths
 
     def _need(self):
         if self._bpf is None:

@@ -37,6 +37,13 @@ PACKET_QDISC_BYPASS = 20
 PAUSE_RATE_BPS = 8000          # ≥ 4 kbit/s (DESIGN §4): lower rates make the kernel cap the bucket below a frame
 N_PRIO = 8
 HTB_CLASS_BASE = 0x10
+
+
+def resynced_finish(base_ns: int, backlog: int, ps_per_byte: int, v_before: int, v_after: int) -> int:
+    """A queue model's finish time (ns) set to a real backlog of ``backlog`` bytes read at ``base_ns``, keeping
+    the bytes the switch program accounted while the backlog was read (the model read ``v_before`` before the
+    read and ``v_after`` after it). Used by the agent's pause/resume resync and the periodic one (Datapath)."""
+    return base_ns + backlog * ps_per_byte // 1000 + max(0, v_after - max(v_before, base_ns))
 EVT_XOFF, EVT_PFC_RX = 1, 2
 XON_POLL_S = 0.0002
 
@@ -380,7 +387,7 @@ class _Agent:
         if backlog is None:
             return False
         v1 = self.vq[vk].value
-        self.vq[vk] = self.vq.Leaf(eff + backlog * ps // 1000 + max(0, v1 - max(v0, eff)))
+        self.vq[vk] = self.vq.Leaf(resynced_finish(eff, backlog, ps, v0, v1))
         self.resyncs += 1
         return True
 
