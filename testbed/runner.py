@@ -114,6 +114,7 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         timings = dict(lab.fabric.timings)
     ended = time.time()
     from .datapath.pfc import summarize_reactions
+    resyncs += (lab.pfc_results or {}).get("drift_resyncs", 0)
     qos = {"queue_model_error": sampler.model_error(), "queue_model_resyncs": resyncs,
            "headroom_warnings": lab.warnings,
            "pfc_agent": summarize_reactions(lab.pfc_results) if lab.pfc_results else None,

@@ -55,7 +55,13 @@ def totals(lb):
 
 
 def qdisc_drops(lb) -> int:
-    return sum(v[2] for v in lb.fabric.qdisc_stats(list(lb.topo.nodes)).values())
+    return sum(qdisc_drops_at(lb).values())
+
+
+def qdisc_drops_at(lb) -> dict[str, int]:
+    """Root-qdisc drops per port ("node/ifname") that dropped anything: where a loss happened."""
+    names = {p.ifindex: f"{n}/{p.ifname}" for n, ps in lb.topo.ports.items() for p in ps}
+    return {names.get(i, str(i)): v[2] for i, v in lb.fabric.qdisc_stats(list(lb.topo.nodes)).items() if v[2]}
 
 
 # ---------------------------------------------------------------- ECN
@@ -121,7 +127,8 @@ def incast(qlab, enabled, duration=3.0):
     assert len(senders) == 8
     res = run_flows(lb, flows_to(lb, scen, [(s, "h0") for s in senders], dscp=26), duration)
     q, t = totals(lb)
-    t["qdisc_drops"] = qdisc_drops(lb)
+    t["qdisc_drops_at"] = qdisc_drops_at(lb)
+    t["qdisc_drops"] = sum(t["qdisc_drops_at"].values())
     t["lost"] = sum(r.lost for r in res)
     start = min(r.start_s for r in res)
     end = max(r.end_s for r in res)
@@ -129,6 +136,7 @@ def incast(qlab, enabled, duration=3.0):
     lb.close(force=True)
     t["agent"] = summarize_reactions(lb.pfc_results) if lb.pfc_results else None
     t["agent_errors"] = (lb.pfc_results or {}).get("errors")
+    t["drift_resyncs"] = (lb.pfc_results or {}).get("drift_resyncs")
     return t
 
 
@@ -144,7 +152,8 @@ def test_incast_pfc_on_is_lossless_and_keeps_the_receiver_busy(qlab):
     assert t["pause_tx"] > 0 and t["pause_rx"] > 0
     assert t["util"] >= 0.90, t
     assert not t["agent_errors"], t["agent_errors"]
-    print(f"\n[pfc incast] util {t['util']:.3f}, pause frames {t['pause_tx']}, agent {t['agent']}")
+    print(f"\n[pfc incast] util {t['util']:.3f}, pause frames {t['pause_tx']}, drift resyncs {t['drift_resyncs']}, "
+          f"agent {t['agent']}")
 
 
 def victim_run(qlab, enabled):
