@@ -156,6 +156,36 @@ def test_incast_pfc_on_is_lossless_and_keeps_the_receiver_busy(qlab):
           f"agent {t['agent']}")
 
 
+def test_incast_pfc_stays_lossless_when_the_receiver_port_falls_behind(qlab):
+    """The 8→1 incast with PFC, and the receiver's port (leaf0→h0, never paused itself) stops serialising for
+    100 ms at 1 s: its real queue grows by what the model thinks left (~500 KB of arrivals at 40 Mbit/s × 2…),
+    past the lossless class's 4 × buffer limit unless the model learns of it. The PFC agent's sweep resets the
+    model to the real backlog within ~20 ms, Xoff goes upstream, and nothing is lost."""
+    scen = pfc_scenario(True)
+    lb = qlab(scen)
+    port = lb.topo.port_named("leaf0", "h0")
+    t0 = time.monotonic()
+
+    def stall():
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
+        _stall_shaper(lb, port, 0.1, prio=3)
+
+    th = threading.Thread(target=stall)
+    th.start()
+    try:
+        res = run_flows(lb, flows_to(lb, scen, [(s, "h0") for s in lb.topo.hosts if s != "h0"], dscp=26), 3.0)
+    finally:
+        th.join()
+    _, t = totals(lb)
+    at = qdisc_drops_at(lb)
+    lost = sum(r.lost for r in res)
+    lb.close(force=True)
+    drift = (lb.pfc_results or {}).get("drift_resyncs")
+    print(f"\n[pfc incast, receiver port stalled 100 ms] qdisc drops {at}, lost {lost}, drift resyncs {drift}")
+    assert t["drops"] == 0 and not at and lost == 0, (t, at, lost)
+    assert drift and drift > 0
+
+
 def victim_run(qlab, enabled):
     """h2, h3 (leaf1), h4 (leaf2) → h0 (leaf0) incast; victim h5 (leaf2) → h1 (leaf0), an uncongested receiver
     whose traffic shares the spine's port to leaf0 and leaf2's uplink with the incast. Fabric links are 5× faster
@@ -250,17 +280,20 @@ def _bracketed(read_real, read_model, within_s: float = 0.001):
     return real, (m0 + m1) / 2
 
 
-def _stall_shaper(lb, node: str, port, seconds: float) -> None:
-    """Stop a port's root TBF for ``seconds`` (rate 8 kbit/s, then back): what a late timer or softirq does to
-    the real serialiser, exaggerated — the queue model, draining at the nominal rate, does not see it."""
-    from testbed.fabric import class_limit, tbf_burst
+def _stall_shaper(lb, port, seconds: float, prio: int | None = None) -> None:
+    """Stop a port's TBF — the root one, or the leaf of priority ``prio``'s HTB class — for ``seconds`` (rate
+    8 kbit/s, then back): what a late timer or softirq does to the real serialiser, exaggerated. The queue model,
+    draining at the nominal rate, does not see it."""
+    from testbed.fabric import HTB_CLASS_BASE, class_limit, tbf_burst
     from testbed.netlink import TC_H_ROOT, tbf_change_message
     burst = tbf_burst(port.rate_bps, lb.topo.spec.mtu)
-    limit = class_limit(lb.scen, port, -1)
-    s = netns.netlink_socket(lb.fabric.ns[node])
+    limit = class_limit(lb.scen, port, -1 if prio is None else prio)
+    minor = HTB_CLASS_BASE + (prio or 0)
+    handle, parent = (0x10000, TC_H_ROOT) if prio is None else (minor << 16, 0x10000 | minor)
+    s = netns.netlink_socket(lb.fabric.ns[port.node])
     try:
         for rate in (8000, port.rate_bps):
-            s.send(tbf_change_message(port.ifindex, 0x10000, TC_H_ROOT, rate, burst, limit))
+            s.send(tbf_change_message(port.ifindex, handle, parent, rate, burst, limit))
             s.recv(65536)
             time.sleep(seconds if rate == 8000 else 0)
     finally:
@@ -287,7 +320,7 @@ def queue_model_run(qlab, stall_s: float = 0.0):
         stalled = not stall_s
         while not stop.is_set():
             if not stalled and time.monotonic() - t0 >= 1.0:
-                _stall_shaper(lb, "leaf1", port, stall_s)
+                _stall_shaper(lb, port, stall_s)
                 stalled = True
             got = _bracketed(lambda: dump_root_qdisc_stats(sock)[port.ifindex][4],
                              lambda: lb.datapath.queue_depth(port.ifindex))
