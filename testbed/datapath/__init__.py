@@ -23,7 +23,7 @@ from . import hashing, kheaders, source
 from ..fabric import class_limit
 from .bccutil import import_bcc, quiet_stderr
 from .errors import DatapathError
-from .pfc import ingress_queued, resynced_finish
+from .pfc import drift_resync, ingress_queued
 
 __all__ = ["Datapath", "DatapathError", "PortCounters", "QueueCounters", "N_PRIO", "FlowPath", "DROP_REASONS", "MODES", "SPRAY_KINDS"]
 
@@ -346,11 +346,9 @@ class Datapath:
             ps = pq[pq.Key(i)].ps_per_byte
             if not ps:
                 continue
-            v = vq[k].value
-            depths[i] = max(0, v - now) * 1000 // ps
-            real = dump[i][4]
-            if abs(depths[i] - real) > self.topo.spec.mtu:
-                vq[k] = vq.Leaf(resynced_finish(now, real, ps, before[i], v))
+            depths[i], v = drift_resync(now, dump[i][4], ps, before[i], vq[k].value, self.topo.spec.mtu)
+            if v is not None:
+                vq[k] = vq.Leaf(v)
                 self.resyncs += 1
         return dump, depths
 

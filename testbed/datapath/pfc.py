@@ -37,17 +37,28 @@ PACKET_QDISC_BYPASS = 20
 PAUSE_RATE_BPS = 8000          # ≥ 4 kbit/s (DESIGN §4): lower rates make the kernel cap the bucket below a frame
 N_PRIO = 8
 HTB_CLASS_BASE = 0x10
+EVT_XOFF, EVT_PFC_RX = 1, 2
+XON_POLL_S = 0.0002
+SWEEP_S = 0.02              # drift resync of the running queues: a sweep every 20 ms …
+SWEEP_BATCH = 32            # … in batches of this many queues, so a sweep never delays a pause for long
 
 
 def resynced_finish(base_ns: int, backlog: int, ps_per_byte: int, v_before: int, v_after: int) -> int:
     """A queue model's finish time (ns) set to a real backlog of ``backlog`` bytes read at ``base_ns``, keeping
     the bytes the switch program accounted while the backlog was read (the model read ``v_before`` before the
-    read and ``v_after`` after it). Used by the agent's pause/resume resync and the periodic one (Datapath)."""
+    read and ``v_after`` after it). Used by the agent's pause/resume resync and the drift resyncs below."""
     return base_ns + backlog * ps_per_byte // 1000 + max(0, v_after - max(v_before, base_ns))
-EVT_XOFF, EVT_PFC_RX = 1, 2
-XON_POLL_S = 0.0002
-SWEEP_S = 0.02              # drift resync of the running queues: a sweep every 20 ms …
-SWEEP_BATCH = 32            # … in batches of this many queues, so a sweep never delays a pause for long
+
+
+def drift_resync(now_ns: int, backlog: int, ps_per_byte: int, v_before: int, v_after: int,
+                 slack: int) -> tuple[int, int | None]:
+    """A running queue's model against its real backlog read just before ``now_ns``: (the model's depth in
+    bytes, the finish time to write when it is more than ``slack`` bytes off, else None). Shared by the
+    telemetry sampler (single-queue ports) and the PFC agent's sweep (ports with classes)."""
+    depth = max(0, v_after - now_ns) * 1000 // ps_per_byte
+    if abs(depth - backlog) <= slack:
+        return depth, None
+    return depth, resynced_finish(now_ns, backlog, ps_per_byte, v_before, v_after)
 
 
 def pfc_frame(src_mac: bytes, vector: int, quanta: int) -> bytes:
@@ -414,13 +425,14 @@ class _Agent:
             return False
         v1 = self.vq[vk].value
         if eff is None:
-            eff = self._now()
-            if abs(max(0, v1 - eff) * 1000 // ps - backlog) <= self.mtu:
+            v = drift_resync(self._now(), backlog, ps, v0, v1, self.mtu)[1]
+            if v is None:
                 return True
             self.drift_resyncs += 1
         else:
+            v = resynced_finish(eff, backlog, ps, v0, v1)
             self.resyncs += 1
-        self.vq[vk] = self.vq.Leaf(resynced_finish(eff, backlog, ps, v0, v1))
+        self.vq[vk] = self.vq.Leaf(v)
         return True
 
     def _kick(self, port: int, prio: int):
