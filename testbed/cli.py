@@ -25,12 +25,12 @@ class UserError(click.ClickException):
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
-    from .capture import CaptureError
+    from .fabric.capture import CaptureError
     from .datapath import DatapathError
     from .doctor import MissingFeature
     from .fabric import FabricError
     from .lab import LabError
-    from .netns import NetnsError
+    from .fabric.netns import NetnsError
     from .report import ReportError
     from .workloads import WorkloadError
     return (scenario_mod.ScenarioError, LabError, FabricError, DatapathError, WorkloadError, CaptureError,
@@ -173,7 +173,7 @@ def status(name):
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_(lab_name, node, cmd):
     """Run CMD inside NODE's namespace: testbed exec h0 -- ping -c1 198.18.1.1"""
-    from . import netns
+    from .fabric import netns
     from .lab import read_state
     _need_root("exec")
     lab_name = _pick_lab(lab_name)

@@ -418,7 +418,7 @@ _NS_NAMES = ("veth", "clsact", "cls_bpf", "tcx", *QDISC_KINDS, "multipath", "vxl
 
 
 def _scratch_namespace_probes(prog_fd: int | None, prog_err: str) -> list[Capability]:
-    from testbed import netns
+    from testbed.fabric import netns
 
     name = f"{NETNS_PREFIX}{os.getpid()}"
     made = False

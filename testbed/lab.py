@@ -12,8 +12,10 @@ import re
 import time
 from pathlib import Path
 
-from . import netns, topology
+from . import topology
+from .fabric import netns
 from .fabric import Fabric, FabricError
+from .fabric.port import headroom_warnings, port_configs
 from .scenario import Scenario, to_dict
 
 LABS_DIR = Path(netns.STATE_DIR) / "labs"
@@ -106,12 +108,12 @@ class Lab:
     def __init__(self, scen: Scenario, name: str, kind: str = "run", keep: bool = False, source: str = ""):
         self.scen, self.name, self.kind, self.keep, self.source = scen, check_name(name), kind, keep, source
         self.topo = topology.build(scen.topology)
-        self.fabric = Fabric(self.topo, name, scen)
+        self.ports = port_configs(self.topo, scen.switch, scen.hosts.pfc)   # every port's egress, built once
+        self.fabric = Fabric(self.topo, name, self.ports)
         self.datapath = None
-        self.pfc = None                        # the PFC agent (datapath/pfc.py) when a tier has PFC on
+        self.pfc = None                        # the PFC agent (control/pfc.py) when a tier has PFC on
         self.pfc_results: dict = {}
-        from .datapath.pfc import headroom_warnings
-        self.warnings = headroom_warnings(scen, self.topo)
+        self.warnings = headroom_warnings(self.ports, scen.switch)
 
     def __enter__(self) -> "Lab":
         LABS_DIR.mkdir(parents=True, exist_ok=True)
@@ -133,7 +135,7 @@ class Lab:
             from concurrent.futures import ThreadPoolExecutor
 
             from .datapath import Datapath
-            self.datapath = Datapath(self.topo, self.scen.switch)
+            self.datapath = Datapath(self.topo, self.scen.switch, self.ports)
             # BCC compiles in C without the GIL: overlap it with the kernel building the fabric
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcc")
             compiled = pool.submit(self.datapath.load)
@@ -149,7 +151,7 @@ class Lab:
             if pfc_on and self.scen.hosts.pfc:
                 self.fabric.attach_host_ingress(self.datapath.host_ingress_fd, "ftb_host_ingress")
             if pfc_on:
-                from .datapath.pfc import PfcAgent
+                from .control.pfc import PfcAgent
                 self.pfc = PfcAgent(self.datapath, self.fabric, self.scen)
                 self.pfc.start()
         except BaseException:

@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from . import __version__, netns, report, telemetry, workloads
-from .capture import Captures
+from . import __version__, report, telemetry, workloads
+from .fabric import netns
+from .fabric.capture import Captures
 from .lab import Lab, reap_stale
 from .scenario import Scenario, to_dict
 
@@ -113,7 +114,7 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         resyncs = lab.datapath.resyncs
         timings = dict(lab.fabric.timings)
     ended = time.time()
-    from .datapath.pfc import summarize_reactions
+    from .control.pfc import summarize_reactions
     resyncs += (lab.pfc_results or {}).get("drift_resyncs", 0)
     qos = {"queue_model_error": sampler.model_error(), "queue_model_resyncs": resyncs,
            "headroom_warnings": lab.warnings,

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import netns, scenario
+from testbed import scenario
+from testbed.fabric import netns
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTBED = [sys.executable, "-m", "testbed.cli"]

@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from testbed import bench, netns
+from testbed import bench
+from testbed.fabric import netns
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, BPF)")]

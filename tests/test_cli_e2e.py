@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from testbed import netns, report
+from testbed import report
+from testbed.fabric import netns
 
 from conftest import ROOT, TESTBED, run_cli, wait_for
 

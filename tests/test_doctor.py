@@ -63,7 +63,7 @@ def scratch():
 
 def _in_netns(name: str, fn):
     """Run ``fn`` in a thread that entered ``name`` (setns only affects that thread)."""
-    from testbed.netns import run_in
+    from testbed.fabric.netns import run_in
     return run_in(name, fn)
 
 

@@ -12,7 +12,8 @@ from collections import Counter
 
 import pytest
 
-from testbed import netns, workloads
+from testbed import workloads
+from testbed.fabric import netns
 from testbed.datapath import hashing
 
 from conftest import make_scenario, udp_send

@@ -13,7 +13,9 @@ import time
 
 import pytest
 
-from testbed import netns, rxe, scenario
+from testbed import scenario
+from testbed.fabric import netns
+from testbed.workloads.rxe import softroce as rxe
 
 from conftest import make_scenario
 

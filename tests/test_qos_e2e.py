@@ -13,10 +13,11 @@ import time
 
 import pytest
 
-from testbed.netlink import dump_root_qdisc_stats
-from testbed import netns, runner, telemetry, workloads
-from testbed.capture import Captures
-from testbed.datapath.pfc import summarize_reactions
+from testbed.fabric.netlink import dump_root_qdisc_stats
+from testbed import runner, telemetry, workloads
+from testbed.fabric import netns
+from testbed.fabric.capture import Captures
+from testbed.control.pfc import summarize_reactions
 
 from conftest import make_scenario
 
@@ -284,12 +285,10 @@ def _stall_shaper(lb, port, seconds: float, prio: int | None = None) -> None:
     """Stop a port's TBF — the root one, or the leaf of priority ``prio``'s HTB class — for ``seconds`` (rate
     8 kbit/s, then back): what a late timer or softirq does to the real serialiser, exaggerated. The queue model,
     draining at the nominal rate, does not see it."""
-    from testbed.fabric import HTB_CLASS_BASE, class_limit, tbf_burst
-    from testbed.netlink import TC_H_ROOT, tbf_change_message
-    burst = tbf_burst(port.rate_bps, lb.topo.spec.mtu)
-    limit = class_limit(lb.scen, port, -1 if prio is None else prio)
-    minor = HTB_CLASS_BASE + (prio or 0)
-    handle, parent = (0x10000, TC_H_ROOT) if prio is None else (minor << 16, 0x10000 | minor)
+    from testbed.fabric.netlink import TC_H_ROOT, tbf_change_message
+    c = lb.ports[port.ifindex]
+    burst, limit = c.burst_bytes, c.queue_limit(prio)
+    handle, parent = (0x10000, TC_H_ROOT) if prio is None else (c.leaf_handle(prio), c.class_id(prio))
     s = netns.netlink_socket(lb.fabric.ns[port.node])
     try:
         for rate in (8000, port.rate_bps):

@@ -245,7 +245,7 @@ def test_below_xoff_no_pause(dp, topo):
 
 
 def test_pfc_frame_is_consumed_and_counted(dp, topo):
-    from testbed.datapath.pfc import pfc_frame
+    from testbed.control.pfc import pfc_frame
     inp, _ = ports(topo)
     f = pfc_frame(bytes.fromhex(inp.peer_mac.replace(":", "")), (1 << 3) | (1 << 5), 0xFFFF)
     r = testrun.run(dp.ingress_fd, f, ifindex=inp.ifindex)

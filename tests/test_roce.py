@@ -12,10 +12,11 @@ import pytest
 from scapy.contrib.roce import AETH, BTH
 from scapy.layers.inet import IP, UDP
 
-from testbed import netns, workloads
-from testbed.workloads import rocewire as w
-from testbed.workloads.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint, jain
-from testbed.workloads.roce import Layout, Responder
+from testbed import workloads
+from testbed.fabric import netns
+from testbed.workloads.roce import wire as w
+from testbed.workloads.roce.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint, jain
+from testbed.workloads.roce.rc import Layout, Responder
 
 from conftest import make_scenario
 
@@ -355,6 +356,6 @@ def test_dcqcn_two_flows_fair_share_queue_near_kmin_kmax(lab):
         flows = workloads.plan(s.traffic, lb.topo, 1, 6.0)
         res[cc] = workloads.run(flows, lambda h: lb.fabric.ns[h], 6.0, 1500)
         lb.close(force=True)
-    from testbed.workloads.dcqcn import jain as j
+    from testbed.workloads.roce.dcqcn import jain as j
     assert j([r.goodput_mbps for r in res["dcqcn"]]) >= 0.95
     assert sum(r.cnps for r in res["dcqcn"]) > 0 and statistics.mean(r.cnps or 0 for r in res["none"]) == 0

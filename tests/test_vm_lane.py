@@ -9,8 +9,10 @@ import sys
 
 import pytest
 
-from testbed import netns, rxe, scenario, vm
-from testbed.fabric import netem_limit
+from testbed import scenario, vm
+from testbed.fabric import netns
+from testbed.workloads.rxe import softroce as rxe
+from testbed.fabric.port import netem_limit
 
 from conftest import ROOT, _distribution_kernel, make_scenario, run_cli
 

@@ -7,9 +7,11 @@ from collections import Counter
 
 import pytest
 
-from testbed import netns, scenario, topology
+from testbed import scenario, topology
+from testbed.fabric import netns
 from testbed.workloads import ENGINES, Flow, WorkloadError, offered_mbps, plan, run
-from testbed.workloads.engines import HDR, Pacer, udp_packet_count
+from testbed.workloads.engine_api import Pacer
+from testbed.workloads.udp import HDR, udp_packet_count
 from testbed.workloads.flows import derangement
 
 

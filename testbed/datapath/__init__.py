@@ -1,6 +1,6 @@
 """The eBPF switching datapath: one BCC-compiled tc ingress program that serves every switch port.
 
-``Datapath(topo, switch_spec).load()`` compiles ebpf/switch.c, loads its ingress function as a SCHED_CLS
+``Datapath(topo, switch_spec, ports).load()`` compiles ebpf/switch.c, loads its ingress function as a SCHED_CLS
 program and fills the maps from the topology; the fabric then attaches ``ingress_fd`` (cls_bpf, direct-action)
 on the clsact ingress of every switch port. Because ports have fabric-unique ifindexes, one program and one set
 of maps serve all switches: the port map tells which switch a packet arrived at.
@@ -20,18 +20,16 @@ import time
 from dataclasses import dataclass, field
 
 from . import hashing, kheaders, source
-from ..fabric import class_limit
+from ..fabric.port import N_PRIO, PortConfig, port_configs
 from .bccutil import import_bcc, quiet_stderr
 from .errors import DatapathError
-from .pfc import drift_resync, ingress_queued
+from .queue_model import drift_resync, ingress_queued
 
 __all__ = ["Datapath", "DatapathError", "PortCounters", "QueueCounters", "N_PRIO", "FlowPath", "DROP_REASONS", "MODES", "SPRAY_KINDS"]
 
 PROGRAM = "ftb_switch_ingress"
 NIC_RELEASE = "ftb_nic_release"     # XDP on leaf host ports: releases the sender's socket (see switch.c)
 HOST_PROGRAM = "ftb_host_ingress"
-N_PRIO = 8
-HTB_CLASS_BASE = 0x10
 MODES = {"ecmp": 0, "flowlet": 1, "spray": 2}
 SPRAY_KINDS = {"random": 0, "round_robin": 1}
 # Index = the DROP_* enum in ebpf/lib/common.h.
@@ -116,9 +114,12 @@ def _first_error(log: str) -> str:
 class Datapath:
     """Compile, load and configure the switch program; read its counters. One object serves every switch."""
 
-    def __init__(self, topo, switch_spec):
+    def __init__(self, topo, switch_spec, ports: dict[int, PortConfig] | None = None):
+        """``ports``: every port's egress configuration (fabric.port), the same objects the fabric builder used;
+        default: computed from ``switch_spec``."""
         self.topo = topo
         self.switch_spec = switch_spec
+        self.ports = ports if ports is not None else port_configs(topo, switch_spec)
         self._bpf = None
         self.resyncs = 0                       # queue models reset to the real backlog (sync_queue_models)
         self._fn = None
@@ -216,9 +217,7 @@ class Datapath:
         return sorted({p for sw in ("leaf", "spine") for p in self.switch_spec.qos(sw).priorities()})
 
     def _fill_qos(self):
-        spec = self.switch_spec
         cfg_t, pq_t = self._bpf[b"qos_config"], self._bpf[b"port_qos"]
-        classes = 1 if spec.classes_on else 0
         for sw in self.topo.switches:
             q = self.qos_for(sw)
             v = cfg_t.Leaf()
@@ -234,23 +233,18 @@ class Datapath:
                 v.pmax[prio] = min(int(round(e.pmax * 2**32)), 2**32)
             cfg_t[cfg_t.Key(self.topo.switch_ids[sw])] = v
             for local, p in enumerate(self.topo.ports[sw]):
+                c = self.ports[p.ifindex]
                 w = pq_t.Leaf()
                 w.local = local
-                w.ps_per_byte = max(1, 8 * 10**12 // p.rate_bps)
-                w.buffer = self.port_buffer(p)
-                w.classes = classes
-                w.lossless_limit = class_limit(self._scen_like(), p, q.traffic_classes.lossless[0]) \
-                    if q.traffic_classes.lossless else w.buffer
+                w.ps_per_byte = c.ps_per_byte
+                w.buffer = c.buffer_bytes
+                w.classes = 1 if c.classes else 0
+                w.lossless_limit = c.lossless_limit
                 pq_t[pq_t.Key(p.ifindex)] = w
-
-    def _scen_like(self):
-        from types import SimpleNamespace
-        return SimpleNamespace(switch=self.switch_spec)
 
     def port_buffer(self, port) -> int:
         """Bytes one queue of a switch port may hold (switch.buffer or its tier's, else the link's buffer)."""
-        q = self.qos_for(port.node)
-        return q.buffer if q.buffer is not None else port.buffer_bytes
+        return self.ports[port.ifindex].buffer_bytes
 
     def queue_counters(self, ports=None, reset_max: bool = True) -> dict[tuple[int, int], QueueCounters]:
         """(ifindex, priority) → counters, for switch ports (or ``ports``) and the priorities in use."""

@@ -189,7 +189,7 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
     import selectors
     import subprocess
 
-    from .. import netns
+    from ..fabric import netns
 
     if not flows:
         return []

@@ -27,7 +27,8 @@ import sys
 import threading
 import time
 
-from .engines import DONE, ENGINES, READY, WAIT_READ, WAIT_TIME, WAIT_WRITE
+from .engine_api import DONE, READY, WAIT_READ, WAIT_TIME, WAIT_WRITE
+from .engines import ENGINES
 
 POLLIN, POLLOUT = select.POLLIN, select.POLLOUT
 CHECK_EVERY_S = 0.02

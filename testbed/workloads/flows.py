@@ -163,8 +163,8 @@ def _engine(traffic):
 
 def roce_opts(traffic, topo) -> dict:
     """Engine options every RoCE flow of ``traffic`` carries to both agents (see roce.py)."""
-    from . import rocewire
-    from .dcqcn import DcqcnParams
+    from .roce import wire as rocewire
+    from .roce.dcqcn import DcqcnParams
     spec = topo.spec
     packet_size = traffic.packet_size or spec.mtu
     r = traffic.roce

@@ -43,9 +43,9 @@ import threading
 import zlib
 import time
 
-from . import rocewire as w
+from . import wire as w
 from .dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
-from .engines import DONE, READY, WAIT_TIME, WAIT_WRITE
+from ..engine_api import DONE, READY, WAIT_TIME, WAIT_WRITE
 
 ACK_EVERY = 8
 BURST = 32

@@ -21,10 +21,10 @@ import sys
 import threading
 import time
 
-from testbed import netns
-from testbed.netlink import Batch
+from testbed.fabric import netns
+from testbed.fabric.netlink import Batch
 from testbed.scenario import RoceSpec
-from testbed.workloads import roce
+from testbed.workloads.roce import rc as roce
 
 GOAL = 0.9
 BATCH = RoceSpec().batch

@@ -227,7 +227,6 @@ class RootHosts:
         return gid_index(self.device(host), self.address(host))
 
     def _setup(self) -> None:
-        from .fabric import tbf_burst
         topo = self.lab.topo
         _run("ip", "link", "set", "lo", "up")
         self._pol.move_local()
@@ -239,14 +238,12 @@ class RootHosts:
             self._moved.append(new)
             _run("ip", "addr", "add", f"{port.address}/32", "dev", new)
             _run("ip", "link", "set", new, "up")
-            burst = tbf_burst(port.rate_bps, topo.spec.mtu)
+            c = self.lab.ports[port.ifindex]         # the NIC's shaping as the fabric configured it
             _run("tc", "qdisc", "replace", "dev", new, "root", "handle", "1:", "tbf", "rate",
-                 f"{port.rate_bps}bit", "burst", str(burst), "limit", str(port.buffer_bytes))
-            if port.delay_ns:
-                from .fabric import netem_limit
+                 f"{c.rate_bps}bit", "burst", str(c.burst_bytes), "limit", str(c.queue_limit()))
+            if c.delay_ns:
                 _run("tc", "qdisc", "replace", "dev", new, "parent", "1:1", "handle", "10:", "netem", "delay",
-                     f"{port.delay_ns // 1000}us", "limit",
-                     str(netem_limit(port.rate_bps, port.buffer_bytes, port.delay_ns, topo.spec.mtu)))
+                     f"{c.delay_ns // 1000}us", "limit", str(c.netem_limit))
             for k in ("tso", "gso", "gro"):
                 _run("ethtool", "-K", new, k, "off", check=False)
             self._pol.host(n, new, port.address, route.gateway, route.gateway_mac)

@@ -37,9 +37,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from . import netns, scenario, topology
-from .fabric import Fabric
-from .netlink import Batch
+from .. import scenario, topology
+from ..fabric import netns
+from ..fabric import Fabric
+from ..fabric.netlink import Batch
 
 # ------------------------------------------------------------------ goals and reference numbers
 
@@ -214,7 +215,7 @@ def measure_floor(topo, lab: str) -> tuple[float, float, float | None]:
 
 
 def measure_build(hosts: int, lab: str | None = None, floor: bool = True) -> BuildResult:
-    from .datapath import Datapath
+    from ..datapath import Datapath
     spines, leaves, hpl = shape_for(hosts)
     scen = _scenario(spines, leaves, hpl)
     topo = topology.build(scen.topology)
@@ -256,7 +257,7 @@ def measure_build(hosts: int, lab: str | None = None, floor: bool = True) -> Bui
 def measure_up_overlapped(hosts: int, lab: str | None = None) -> float:
     """Up time when the datapath is compiled and loaded in a thread while the fabric is built (BCC's compile
     runs in C and releases the GIL), instead of after it as ``Lab.__enter__`` does today."""
-    from .datapath import Datapath
+    from ..datapath import Datapath
     spines, leaves, hpl = shape_for(hosts)
     scen = _scenario(spines, leaves, hpl)
     topo = topology.build(scen.topology)
@@ -436,7 +437,7 @@ class _PpsFabric:
     def up(self) -> "_PpsFabric":
         self.fabric.build()
         if self.mode == "ebpf":
-            from .datapath import Datapath
+            from ..datapath import Datapath
             self.dp = Datapath(self.topo, self.scen.switch).load()
             self.fabric.attach_ingress(self.dp.ingress_fd, self.dp.ingress_name)
         else:

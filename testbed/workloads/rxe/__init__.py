@@ -27,7 +27,7 @@ import shutil
 import subprocess
 import time
 
-from . import FlowResult, WorkloadError
+from .. import FlowResult, WorkloadError
 
 TOOLS = {"write_bw": "ib_write_bw", "send_bw": "ib_send_bw"}
 HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(MB|Gb)/sec\]\s+BW average\[(MB|Gb)/sec\]")
@@ -38,7 +38,7 @@ PORT_BASE = 18515
 
 def missing() -> str | None:
     """Why rxe workloads cannot run here (one line), or None."""
-    from ..doctor import _probe_rdma_rxe
+    from ...doctor import _probe_rdma_rxe
     cap = _probe_rdma_rxe()
     if not cap.ok:
         return f"traffic.engine rxe: the kernel has no Soft-RoCE (rdma_rxe): {cap.detail}"
@@ -46,7 +46,7 @@ def missing() -> str | None:
         if not shutil.which(tool):
             return f"traffic.engine rxe: perftest is not installed ({tool} missing; apt-get install perftest)"
     try:
-        from .. import rxe as _root  # noqa: F401  (issue 5: testbed/rxe.py)
+        from . import softroce as _root  # noqa: F401  (issue 5: testbed/rxe.py)
     except ImportError:
         return ("traffic.engine rxe: testbed/rxe.py (the root-namespace Soft-RoCE set-up from the VM-lane work, "
                 "issue 5) is not in this tree")
@@ -119,7 +119,7 @@ def run_flows(lab, flows, duration_s: float, test: str = "write_bw", msg_bytes: 
               timeout_s: float | None = None, info: dict | None = None, log_dir=None) -> list[FlowResult]:
     """Run every flow as one perftest pair between its hosts across the fabric (see the module docstring).
     ``log_dir``: if given, each flow's client and server output is kept there (``perftest-<flow>-client.txt``)."""
-    from .. import rxe as root
+    from . import softroce as root
     tool = TOOLS[test]
     hosts = sorted({h for f in flows for h in (f.src, f.dst)})
     seconds = max(1, math.ceil(duration_s))

@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .topology import Topology
+from ..topology import Topology
 
 CPU_BOUND_BUSY = 0.95          # a sample this busy (all cores) counts as saturated
 CPU_BOUND_SHARE = 0.2          # … and the run is cpu_bound when this share of samples is saturated

@@ -16,9 +16,8 @@ import time
 
 from . import netns
 from .netlink import Batch, NetlinkError, dump_root_qdisc_stats
-from .topology import Topology
-
-HTB_CLASS_BASE = 0x10
+from .port import HTB_MAJOR, HTB_ROOT_CLASS, PortConfig, port_configs
+from ..topology import Topology
 
 SIOCETHTOOL = 0x8946
 # legacy ethtool set commands: TSO, GSO, GRO, SG (no SG also drops every segmentation offload)
@@ -31,21 +30,6 @@ class FabricError(Exception):
 
 def ns_name(lab: str, node: str) -> str:
     return f"{netns.PREFIX}{lab}-{node}"
-
-
-def tbf_burst(rate_bps: int, mtu: int) -> int:
-    """Bucket depth: two full frames, or 200 µs at the link rate when that is larger, so the shaper stays
-    accurate at high rates without timer storms and close to per-packet at low ones."""
-    return max(2 * (mtu + 14), rate_bps // 8 * 200 // 1_000_000)
-
-
-def netem_limit(rate_bps: int, buffer_bytes: int, delay_ns: int, mtu: int) -> int:
-    """Packet limit of the netem delay line under a port's TBF. Grafting netem replaces TBF's byte-limited fifo,
-    so the port buffer becomes a packet count: the buffer in full frames, plus what the link holds in flight
-    (rate × delay) counted in minimum-size frames so that small packets are never dropped by the delay line.
-    The port backlog then includes the in-flight bytes (rate × delay: 625 B at 100 Mbit/s and 50 µs)."""
-    in_flight = -(-rate_bps * delay_ns // (8 * 64 * 1_000_000_000))
-    return -(-buffer_bytes // (mtu + 14)) + in_flight + 1
 
 
 def _offloads_off(ifnames: list[str]) -> None:
@@ -65,33 +49,13 @@ def _offloads_off(ifnames: list[str]) -> None:
         s.close()
 
 
-def port_classes(scen, port) -> list[int] | None:
-    """The priorities that get an HTB class on ``port`` (None: a plain TBF root). Switch ports get classes when
-    the scenario uses traffic classes or PFC; host NICs only when they obey PFC (hosts.pfc)."""
-    if scen is None or not scen.switch.classes_on:
-        return None
-    if port.role == "nic":
-        if not scen.hosts.pfc:
-            return None
-        return scen.switch.qos("leaf").priorities()
-    return sorted({p for t in ("leaf", "spine") for p in scen.switch.qos(t).priorities()})
-
-
-def class_limit(scen, port, prio: int) -> int:
-    """Byte limit of the TBF leaf of one priority: the port buffer; lossless queues (and lossy ones, whose
-    buffer the switch program enforces) get room above it so that the qdisc itself never drops first."""
-    if port.role == "nic":
-        return port.buffer_bytes
-    q = scen.switch.qos(port.node.rstrip("0123456789"))
-    buf = q.buffer if q.buffer is not None else port.buffer_bytes
-    if prio in q.traffic_classes.lossless:
-        return 4 * buf
-    return buf + 64 * 1024
-
-
 class Fabric:
-    def __init__(self, topo: Topology, lab: str, scen=None):
-        self.topo, self.lab, self.scen = topo, lab, scen
+    def __init__(self, topo: Topology, lab: str, ports: dict[int, PortConfig] | None = None):
+        """``ports``: every port's egress configuration (port.port_configs); default: a scenario's defaults."""
+        if ports is None:
+            from ..scenario import SwitchSpec
+            ports = port_configs(topo, SwitchSpec())
+        self.topo, self.lab, self.ports = topo, lab, ports
         self.ns = {node: ns_name(lab, node) for node in topo.nodes}
         self._socks: dict[str, socket.socket] = {}
         self.timings: dict[str, float] = {}
@@ -164,26 +128,19 @@ class Fabric:
         self._phase("offloads", t)
 
     def _shaper(self, bt: Batch, p) -> None:
-        """The port's serialiser: TBF at the link rate, or HTB with one class per priority and a TBF leaf under
-        each (the PFC agent pauses a priority by changing its TBF to a tiny rate, DESIGN §4)."""
-        burst = tbf_burst(p.rate_bps, self.topo.spec.mtu)
-        prios = port_classes(self.scen, p)
-        if prios is None:
-            limit = p.buffer_bytes
-            if p.role != "nic" and self.scen is not None:
-                limit = class_limit(self.scen, p, -1)    # the switch program tail-drops at the buffer
-            bt.tbf(p.ifindex, p.rate_bps, burst, limit, p.ifname)
+        """The port's serialiser as its PortConfig says: a TBF root at the link rate, or HTB with one class per
+        priority and a TBF leaf under each (the PFC agent pauses a priority by changing its TBF)."""
+        c = self.ports[p.ifindex]
+        if not c.classes:
+            bt.tbf(p.ifindex, c.rate_bps, c.burst_bytes, c.queue_limit(), p.ifname)
             return
-        default = self.scen.switch.qos("leaf" if p.role == "nic" else p.node.rstrip("0123456789")) \
-            .traffic_classes.default
-        bt.htb(p.ifindex, HTB_CLASS_BASE + default, p.ifname)
-        bt.htb_class(p.ifindex, 0x10001, 0x10000, p.rate_bps, p.rate_bps, burst, p.ifname)
-        for prio in prios:
-            minor = HTB_CLASS_BASE + prio
-            bt.htb_class(p.ifindex, 0x10000 | minor, 0x10001, max(8000, p.rate_bps // len(prios)), p.rate_bps,
-                         burst, p.ifname)
-            bt.tbf(p.ifindex, p.rate_bps, burst, class_limit(self.scen, p, prio), p.ifname,
-                   handle=minor << 16, parent=0x10000 | minor)
+        bt.htb(p.ifindex, c.minor(c.default_prio), p.ifname)
+        bt.htb_class(p.ifindex, HTB_ROOT_CLASS, HTB_MAJOR, c.rate_bps, c.rate_bps, c.burst_bytes, p.ifname)
+        for prio in c.classes:
+            bt.htb_class(p.ifindex, c.class_id(prio), HTB_ROOT_CLASS, c.class_rate(), c.rate_bps, c.burst_bytes,
+                         p.ifname)
+            bt.tbf(p.ifindex, c.rate_bps, c.burst_bytes, c.queue_limit(prio), p.ifname,
+                   handle=c.leaf_handle(prio), parent=c.class_id(prio))
 
     def attach_host_ingress(self, prog_fd: int, prog_name: str) -> None:
         """hosts.pfc: the pause-frame receiver on clsact ingress of every host NIC."""
@@ -194,19 +151,17 @@ class Fabric:
         delayed = [(node, p) for node, ports in self.topo.ports.items() for p in ports if p.delay_ns]
         if not delayed:
             return
-        mtu = self.topo.spec.mtu
-        if any(port_classes(self.scen, p) is not None for _, p in delayed):
+        if any(self.ports[p.ifindex].classes for _, p in delayed):
             raise FabricError("topology.*_link.delay: link delay with switch traffic classes / PFC (HTB per "
                               "priority) is not supported yet; use one or the other")
         for node, p in delayed:
-            batches[node].netem(p.ifindex, p.delay_ns // 1000, netem_limit(p.rate_bps, p.buffer_bytes,
-                                                                           p.delay_ns, mtu), p.ifname)
+            batches[node].netem(p.ifindex, p.delay_ns // 1000, self.ports[p.ifindex].netem_limit, p.ifname)
         try:
             for b in batches.values():
                 b.commit()
         except NetlinkError as e:
             if "ENOENT" in str(e) or "EOPNOTSUPP" in str(e):
-                from .doctor import Capability, MissingFeature, kernel_release
+                from ..doctor import Capability, MissingFeature, kernel_release
                 keys = sorted({f"topology.{'host' if p.role in ('nic', 'down') else 'fabric'}_link.delay"
                                for _, p in delayed})
                 raise MissingFeature(

@@ -25,9 +25,10 @@ import socket
 import struct
 import time
 
-from .. import netns
-from ..fabric import class_limit, port_classes, tbf_burst
-from ..netlink import qdisc_backlog, qdisc_get_message, tbf_change_message
+from ..fabric import netns
+from ..datapath.queue_model import drift_resync, ingress_queued, resynced_finish
+from ..fabric.port import ETH_HLEN, N_PRIO, PortConfig
+from ..fabric.netlink import qdisc_backlog, qdisc_get_message, tbf_change_message
 
 PFC_DST = bytes.fromhex("0180c2000001")
 ETH_P_MACCTL = 0x8808
@@ -35,30 +36,10 @@ ETH_P_KICK = 0x88B5
 SOL_PACKET = 263
 PACKET_QDISC_BYPASS = 20
 PAUSE_RATE_BPS = 8000          # ≥ 4 kbit/s (DESIGN §4): lower rates make the kernel cap the bucket below a frame
-N_PRIO = 8
-HTB_CLASS_BASE = 0x10
 EVT_XOFF, EVT_PFC_RX = 1, 2
 XON_POLL_S = 0.0002
 SWEEP_S = 0.02              # drift resync of the running queues: a sweep every 20 ms …
 SWEEP_BATCH = 32            # … in batches of this many queues, so a sweep never delays a pause for long
-
-
-def resynced_finish(base_ns: int, backlog: int, ps_per_byte: int, v_before: int, v_after: int) -> int:
-    """A queue model's finish time (ns) set to a real backlog of ``backlog`` bytes read at ``base_ns``, keeping
-    the bytes the switch program accounted while the backlog was read (the model read ``v_before`` before the
-    read and ``v_after`` after it). Used by the agent's pause/resume resync and the drift resyncs below."""
-    return base_ns + backlog * ps_per_byte // 1000 + max(0, v_after - max(v_before, base_ns))
-
-
-def drift_resync(now_ns: int, backlog: int, ps_per_byte: int, v_before: int, v_after: int,
-                 slack: int) -> tuple[int, int | None]:
-    """A running queue's model against its real backlog read just before ``now_ns``: (the model's depth in
-    bytes, the finish time to write when it is more than ``slack`` bytes off, else None). Shared by the
-    telemetry sampler (single-queue ports) and the PFC agent's sweep (ports with classes)."""
-    depth = max(0, v_after - now_ns) * 1000 // ps_per_byte
-    if abs(depth - backlog) <= slack:
-        return depth, None
-    return depth, resynced_finish(now_ns, backlog, ps_per_byte, v_before, v_after)
 
 
 def pfc_frame(src_mac: bytes, vector: int, quanta: int) -> bytes:
@@ -66,31 +47,6 @@ def pfc_frame(src_mac: bytes, vector: int, quanta: int) -> bytes:
     q = [quanta if vector & (1 << i) else 0 for i in range(N_PRIO)]
     body = struct.pack("!HHH8H", ETH_P_MACCTL, 0x0101, vector, *q)
     return (PFC_DST + src_mac + body).ljust(60, b"\0")
-
-
-def min_headroom(rate_bps: int, mtu: int, reaction_s: float = 1.5e-3) -> int:
-    """Bytes that can still arrive on an ingress after Xoff: two frames in flight + the ~15 KB bursts HTB/TBF
-    release + rate × the reaction time of the emulated pause (≈1.5 ms budget; DESIGN §4 measured ≥ 40 KB at
-    100 Mbit/s and ≥ 200 KB at 1 Gbit/s)."""
-    return int(2 * (mtu + 14) + 15 * 1024 + rate_bps / 8 * reaction_s)
-
-
-def headroom_warnings(scen, topo) -> list[str]:
-    """One line per tier whose PFC headroom is below the computed minimum for its fastest port."""
-    out = []
-    for tier in ("leaf", "spine"):
-        q = scen.switch.qos(tier)
-        if not (q.pfc.enabled and q.traffic_classes.lossless):
-            continue
-        rates = [p.rate_bps for sw in topo.switches if topo.nodes[sw].kind == tier for p in topo.ports[sw]]
-        if not rates:
-            continue
-        need = min_headroom(max(rates), topo.spec.mtu)
-        if q.pfc.headroom < need:
-            out.append(f"switch.pfc.headroom ({tier}): {q.pfc.headroom} bytes is below the computed minimum "
-                       f"{need} bytes at {max(rates) // 10**6} Mbit/s (2×frame + 15 KB shaper burst + rate × "
-                       f"1.5 ms reaction): an incast may overflow the lossless queues")
-    return out
 
 
 def _pct(xs, p):
@@ -107,41 +63,6 @@ def summarize_reactions(samples: dict) -> dict:
         xs = samples.get(key) or []
         out[key] = {"n": len(xs), "p50": _pct(xs, 50), "p99": _pct(xs, 99), "max": max(xs) if xs else None}
     return out
-
-
-def queue_sent(bpf, port: int, prio: int, now: int) -> int:
-    """Bytes the model's egress queue (port, prio) has sent so far: enqueued − depth (qos_sent in lib/qos.h)."""
-    k = port * N_PRIO + prio
-    ps = bpf[b"port_qos"][bpf[b"port_qos"].Key(port)].ps_per_byte
-    if not ps:
-        return 0
-    eff = now
-    paused = bpf[b"egress_paused"][bpf[b"egress_paused"].Key(k)].value
-    if paused and paused < now:
-        eff = paused
-    v = bpf[b"vq"][bpf[b"vq"].Key(k)].value
-    en = bpf[b"vq_enq"][bpf[b"vq_enq"].Key(k)].value
-    depth = (v - eff) * 1000 // ps if v > eff else 0
-    return max(0, en - depth)
-
-
-def ingress_queued(bpf, slots: int, port: int, prio: int, now: int | None = None) -> int:
-    """Bytes that arrived on ingress (port, prio) and still sit in some egress queue of its switch: the PFC
-    ingress accounting of lib/qos.h (ingress_recount), read without writing (the switch program owns it)."""
-    now = now if now is not None else time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-    t = bpf[b"ingress_acct"]
-    total = 0
-    base = (port * N_PRIO + prio) * slots
-    for s in range(slots):
-        c = t[t.Key(base + s)]
-        if not c.bytes:
-            continue
-        sent = queue_sent(bpf, c.port, prio, now)
-        if sent <= c.start:
-            total += c.bytes
-        elif sent < c.end and c.end > c.start:
-            total += c.bytes * (c.end - sent) // (c.end - c.start)
-    return total
 
 
 class PfcEvent(ct.Structure):                       # struct pfc_event (ebpf/lib/common.h)
@@ -183,16 +104,15 @@ class PfcAgent:
                 k.bind((_p.ifname, 0))
                 return a, k
             self.pkt[p.ifindex], self.kick[p.ifindex] = netns.run_in(self.fabric.ns[p.node], make)
-            prios = port_classes(scen, p) or []
-            burst = tbf_burst(p.rate_bps, topo.spec.mtu)
-            for prio in prios:
-                minor = HTB_CLASS_BASE + prio
-                limit = class_limit(scen, p, prio)
+            c = self.fabric.ports[p.ifindex]
+            for prio in c.classes:
+                limit = c.queue_limit(prio)
                 self.msgs[(p.ifindex, prio)] = (
-                    tbf_change_message(p.ifindex, minor << 16, 0x10000 | minor, PAUSE_RATE_BPS,
-                                       topo.spec.mtu + 14, limit),
-                    tbf_change_message(p.ifindex, minor << 16, 0x10000 | minor, p.rate_bps, burst, limit))
-                self.getq[(p.ifindex, prio)] = qdisc_get_message(p.ifindex, minor << 16, 0x10000 | minor)
+                    tbf_change_message(p.ifindex, c.leaf_handle(prio), c.class_id(prio), PAUSE_RATE_BPS,
+                                       c.mtu + ETH_HLEN, limit),
+                    tbf_change_message(p.ifindex, c.leaf_handle(prio), c.class_id(prio), c.rate_bps,
+                                       c.burst_bytes, limit))
+                self.getq[(p.ifindex, prio)] = qdisc_get_message(p.ifindex, c.leaf_handle(prio), c.class_id(prio))
 
     def start(self) -> None:
         self._prepare()
@@ -439,7 +359,7 @@ class _Agent:
         p = self.o.ports[port]
         s = self.o.kick[port]
         try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, 0x10000 | (HTB_CLASS_BASE + prio))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, PortConfig.skb_priority(prio))
             s.send(bytes.fromhex(p.peer_mac.replace(":", "")) + bytes.fromhex(p.mac.replace(":", ""))
                    + struct.pack("!H", ETH_P_KICK) + bytes(46))
         except OSError as e:

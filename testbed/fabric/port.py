@@ -1,0 +1,175 @@
+"""One object per port that owns its egress configuration: the serialiser, its queues and their limits.
+
+The fabric builder turns it into qdiscs, the datapath into the switch program's queue model (``port_qos``), the
+PFC agent into its pause/resume messages, the Soft-RoCE set-up into the shaping of a moved NIC. Each of them
+reads the numbers from here and computes none itself, so a qdisc limit and the limit the switch program
+enforces cannot disagree.
+
+A port's serialiser is either one TBF root at the link rate (one queue), or — when the scenario uses traffic
+classes or PFC — HTB at the link rate with one class per priority (classid 1:(0x10 + prio), selected by
+``skb->priority``) and a TBF leaf under each, which the PFC agent pauses by changing that TBF's rate
+(docs/architecture.md, "PFC").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..topology import Port, Topology
+
+N_PRIO = 8                      # 802.1p priorities
+HTB_CLASS_BASE = 0x10           # classid 1:(HTB_CLASS_BASE + prio)
+HTB_MAJOR = 0x10000             # handle 1: of the HTB root
+HTB_ROOT_CLASS = 0x10001        # 1:1, at the link rate, parent of the per-priority classes
+LOSSY_SLACK = 64 * 1024         # a lossy queue's qdisc holds this much above the buffer the switch program enforces
+LOSSLESS_FACTOR = 4             # a lossless queue's qdisc holds this many buffers (it must never drop first)
+MIN_CLASS_RATE = 8000           # bit/s: HTB's guaranteed rate of a class is link rate / classes, at least this
+ETH_HLEN = 14
+
+
+def tbf_burst(rate_bps: int, mtu: int) -> int:
+    """Bucket depth: two full frames, or 200 µs at the link rate when that is larger, so the shaper stays
+    accurate at high rates without timer storms and close to per-packet at low ones."""
+    return max(2 * (mtu + ETH_HLEN), rate_bps // 8 * 200 // 1_000_000)
+
+
+def netem_limit(rate_bps: int, buffer_bytes: int, delay_ns: int, mtu: int) -> int:
+    """Packet limit of the netem delay line under a port's TBF. Grafting netem replaces TBF's byte-limited fifo,
+    so the port buffer becomes a packet count: the buffer in full frames, plus what the link holds in flight
+    (rate × delay) counted in minimum-size frames so that small packets are never dropped by the delay line.
+    The port backlog then includes the in-flight bytes (rate × delay: 625 B at 100 Mbit/s and 50 µs)."""
+    in_flight = -(-rate_bps * delay_ns // (8 * 64 * 1_000_000_000))
+    return -(-buffer_bytes // (mtu + ETH_HLEN)) + in_flight + 1
+
+
+def min_headroom(rate_bps: int, mtu: int, reaction_s: float = 1.5e-3) -> int:
+    """Bytes that can still arrive on an ingress after Xoff: two frames in flight + the ~15 KB bursts HTB/TBF
+    release + rate × the reaction time of the emulated pause (≈1.5 ms budget; measured ≥ 40 KB needed at
+    100 Mbit/s and ≥ 200 KB at 1 Gbit/s, docs/architecture.md)."""
+    return int(2 * (mtu + ETH_HLEN) + 15 * 1024 + rate_bps / 8 * reaction_s)
+
+
+@dataclass(frozen=True)
+class PortConfig:
+    """The egress of one port (switch port or host NIC)."""
+    port: Port
+    mtu: int
+    buffer_bytes: int                 # one queue's buffer: lossy packets beyond it are tail-dropped
+    classes: tuple[int, ...]          # priorities with an HTB class; () = a single TBF root
+    default_prio: int                 # HTB's default class (traffic the switch program did not classify)
+    lossless: tuple[int, ...]         # lossless priorities of this port's switch (never tail-dropped at the buffer)
+
+    # -- identity, delegated to the topology's port
+    @property
+    def ifindex(self) -> int:
+        return self.port.ifindex
+
+    @property
+    def ifname(self) -> str:
+        return self.port.ifname
+
+    @property
+    def node(self) -> str:
+        return self.port.node
+
+    @property
+    def rate_bps(self) -> int:
+        return self.port.rate_bps
+
+    @property
+    def delay_ns(self) -> int:
+        return self.port.delay_ns
+
+    @property
+    def is_switch_port(self) -> bool:
+        return self.port.role != "nic"
+
+    # -- the serialiser
+    @property
+    def burst_bytes(self) -> int:
+        return tbf_burst(self.rate_bps, self.mtu)
+
+    @property
+    def ps_per_byte(self) -> int:
+        """Serialisation time of a byte in picoseconds (the queue model's drain rate)."""
+        return max(1, 8 * 10**12 // self.rate_bps)
+
+    def class_rate(self) -> int:
+        """HTB's guaranteed rate of each per-priority class (every class may borrow up to the link rate)."""
+        return max(MIN_CLASS_RATE, self.rate_bps // max(1, len(self.classes)))
+
+    @staticmethod
+    def minor(prio: int) -> int:
+        return HTB_CLASS_BASE + prio
+
+    @staticmethod
+    def skb_priority(prio: int) -> int:
+        """``skb->priority`` / SO_PRIORITY value that selects the HTB class of ``prio``."""
+        return HTB_MAJOR | (HTB_CLASS_BASE + prio)
+
+    def leaf_handle(self, prio: int) -> int:
+        """Handle of the TBF leaf under the class of ``prio``."""
+        return self.minor(prio) << 16
+
+    def class_id(self, prio: int) -> int:
+        return HTB_MAJOR | self.minor(prio)
+
+    # -- queue limits
+    def queue_limit(self, prio: int | None = None) -> int:
+        """Byte limit of the qdisc queue of ``prio`` (None: the single TBF root). A host NIC holds its buffer;
+        a switch port's qdisc holds more than the buffer the switch program enforces, so that it never drops
+        first: a lossy queue the buffer + 64 KB, a lossless one 4 buffers."""
+        if not self.is_switch_port:
+            return self.buffer_bytes
+        if prio is not None and prio in self.lossless:
+            return LOSSLESS_FACTOR * self.buffer_bytes
+        return self.buffer_bytes + LOSSY_SLACK
+
+    @property
+    def lossless_limit(self) -> int:
+        """Bytes a lossless queue may hold before the switch program counts a packet lost (what its qdisc holds)."""
+        return self.queue_limit(self.lossless[0]) if self.lossless else self.buffer_bytes
+
+    @property
+    def netem_limit(self) -> int:
+        return netem_limit(self.rate_bps, self.buffer_bytes, self.delay_ns, self.mtu)
+
+
+def port_configs(topo: Topology, switch_spec, hosts_pfc: bool = False) -> dict[int, PortConfig]:
+    """ifindex → PortConfig of every port of the topology, from the scenario's ``switch`` section (buffers,
+    traffic classes, PFC per tier) and ``hosts.pfc`` (host NICs get classes only when they obey PFC)."""
+    classes_on = switch_spec.classes_on
+    switch_prios = tuple(sorted({p for t in ("leaf", "spine") for p in switch_spec.qos(t).priorities()}))
+    out = {}
+    for ports in topo.ports.values():
+        for p in ports:
+            tier = "leaf" if p.tier == "host" else p.tier        # a NIC follows its leaf's classification
+            q = switch_spec.qos(tier)
+            tc = q.traffic_classes
+            if p.role == "nic":
+                buffer = p.buffer_bytes
+                classes = tuple(q.priorities()) if (classes_on and hosts_pfc) else ()
+            else:
+                buffer = q.buffer if q.buffer is not None else p.buffer_bytes
+                classes = switch_prios if classes_on else ()
+            out[p.ifindex] = PortConfig(port=p, mtu=topo.spec.mtu, buffer_bytes=buffer, classes=classes,
+                                        default_prio=tc.default, lossless=tuple(tc.lossless))
+    return out
+
+
+def headroom_warnings(ports: dict[int, PortConfig], switch_spec) -> list[str]:
+    """One line per tier whose PFC headroom is below the computed minimum for its fastest port."""
+    out = []
+    for tier in ("leaf", "spine"):
+        q = switch_spec.qos(tier)
+        if not (q.pfc.enabled and q.traffic_classes.lossless):
+            continue
+        tier_ports = [c for c in ports.values() if c.port.tier == tier]
+        if not tier_ports:
+            continue
+        rate = max(c.rate_bps for c in tier_ports)
+        need = min_headroom(rate, tier_ports[0].mtu)
+        if q.pfc.headroom < need:
+            out.append(f"switch.pfc.headroom ({tier}): {q.pfc.headroom} bytes is below the computed minimum "
+                       f"{need} bytes at {rate // 10**6} Mbit/s (2×frame + 15 KB shaper burst + rate × "
+                       f"1.5 ms reaction): an incast may overflow the lossless queues")
+    return out

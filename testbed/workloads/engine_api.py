@@ -1,0 +1,119 @@
+"""What every traffic engine shares: the send loop's status codes, pacing, socket options, per-flow receive state.
+
+The agent (agent.py) drives engines through these status codes; udp.py, tcp.py and roce/ implement them. The
+interface an engine offers is described in engines.py.
+"""
+from __future__ import annotations
+
+import socket
+
+READY, WAIT_TIME, WAIT_WRITE, WAIT_READ, DONE = range(5)
+
+IP_UDP_HDR = 28
+IP_TCP_HDR = 40
+BURST = 32                           # packets per pump (fairness between flows of one host)
+MAX_LAG_S = 0.02                     # a paced flow more than this behind schedule forfeits the excess
+RCVBUF = 8 << 20
+SO_RCVBUFFORCE = 33
+SO_SNDBUFFORCE = 32
+
+
+def _rcvbuf(sock: socket.socket, size: int = RCVBUF) -> None:
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, size)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+
+
+def _tos(sock: socket.socket, flow: dict) -> None:
+    """DSCP/ECN of the flow's packets (IP_TOS; TCP keeps the ECN bits to itself) and its host NIC class."""
+    tos = (flow.get("dscp", 0) << 2) | {"none": 0, "ect1": 1, "ect0": 2}.get(flow.get("ecn", "none"), 0)
+    if tos:
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+    if flow.get("prio") is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, 0x10000 | (0x10 + flow["prio"]))
+
+
+def _reuse(sock: socket.socket, port_too: bool = True) -> None:
+    """Senders share a source port when the scenario fixes it (SO_REUSEPORT); receivers must not share theirs
+    (a stale process on the port would silently take half the packets), so they only get SO_REUSEADDR."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if port_too:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+
+
+class Pacer:
+    """Send schedule for a rate in IP bytes per second: the byte at offset b may leave at origin + b/rate.
+    A sender that falls more than MAX_LAG_S behind (blocked, descheduled) drops the excess credit, so it
+    catches up in bursts of at most that much."""
+
+    def __init__(self, rate_bps: int | None, now: float):
+        self.rate = rate_bps / 8.0 if rate_bps else None
+        self.origin = now
+        self.sent = 0
+
+    def allowance(self, now: float) -> float:
+        """Bytes that may go now (may be negative: wait)."""
+        credit = (now - self.origin) * self.rate - self.sent
+        if credit > MAX_LAG_S * self.rate:
+            self.origin += (credit - MAX_LAG_S * self.rate) / self.rate
+            credit = MAX_LAG_S * self.rate
+        return credit
+
+    def wake(self, need: int) -> float:
+        return self.origin + (self.sent + need) / self.rate
+
+
+
+class RxFlow:
+    __slots__ = ("flow_id", "size", "expected", "bytes", "packets", "dup", "reordered", "max_seq", "first_rx",
+                 "last_rx", "bitmap", "owd_sum", "owd_max", "sent_total", "end_at", "eof", "complete_at",
+                 "proto", "drain_s", "deadline")
+
+    def __init__(self, flow: dict, proto: str, expected: int | None, drain_s: float):
+        self.flow_id = flow["flow_id"]
+        self.size = flow["size_bytes"]
+        self.proto = proto
+        self.expected = expected          # packets, when the size says so
+        self.bytes = 0
+        self.packets = 0
+        self.dup = 0
+        self.reordered = 0
+        self.max_seq = -1
+        self.first_rx = None
+        self.last_rx = None
+        self.bitmap = bytearray(1024)
+        self.owd_sum = 0.0
+        self.owd_max = 0.0
+        self.sent_total = None            # from the UDP end marker
+        self.end_at = None
+        self.eof = False
+        self.complete_at = None
+        self.drain_s = drain_s
+        self.deadline = None              # t0 + duration: UDP flows idle for drain_s after it are over
+
+    @property
+    def complete(self) -> bool:
+        return self.size is not None and self.bytes >= self.size
+
+    def finished(self, now: float) -> bool:
+        if self.complete or self.eof:
+            return True
+        if self.end_at is not None:
+            return self.packets >= self.sent_total or now - self.end_at > self.drain_s
+        if self.proto == "udp" and self.deadline is not None and now > self.deadline:
+            return now - max(self.deadline, self.last_rx or 0.0) > self.drain_s   # end markers lost
+        return False
+
+    def result(self) -> dict:
+        if self.proto == "udp":
+            expect = self.sent_total if self.sent_total is not None else (
+                self.expected if self.expected is not None else self.max_seq + 1)
+            lost = max(0, expect - self.packets)
+            owd = self.owd_sum / self.packets if self.packets else None
+            return dict(bytes=self.bytes, packets=self.packets, first_rx=self.first_rx, last_rx=self.last_rx,
+                        complete=self.complete, dup=self.dup, reordered=self.reordered, lost=lost,
+                        sent_reported=self.sent_total, owd_mean_s=owd,
+                        owd_max_s=self.owd_max if self.packets else None)
+        return dict(bytes=self.bytes, packets=None, first_rx=self.first_rx, last_rx=self.last_rx,
+                    complete=self.complete, eof=self.eof)
