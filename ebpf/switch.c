@@ -85,3 +85,14 @@ int ftb_host_ingress(struct __sk_buff *skb)
 	int verdict = qos_control_rx(skb, skb->ifindex);
 	return verdict >= 0 ? verdict : TC_ACT_OK;
 }
+
+/* User space's atomic changes to the queue model (resync with the real backlog, shift after a pause, Xon reset),
+ * run with BPF_PROG_TEST_RUN on a packet holding one struct ctl_cmd (testbed/datapath: Datapath.control). */
+int ftb_ctl(struct __sk_buff *skb)
+{
+	struct ctl_cmd c = {};
+
+	if (bpf_skb_load_bytes(skb, 0, &c, sizeof(c)) < 0)
+		return -3;
+	return qos_control(&c);
+}

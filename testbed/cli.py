@@ -32,9 +32,10 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from .lab import LabError
     from .fabric.netns import NetnsError
     from .report import ReportError
+    from .runner import RunFailed
     from .workloads import WorkloadError
     return (scenario_mod.ScenarioError, LabError, FabricError, DatapathError, WorkloadError, CaptureError,
-            MissingFeature, ReportError, NetnsError, FileExistsError, PermissionError, ValueError, OSError)
+            MissingFeature, ReportError, NetnsError, RunFailed, FileExistsError, PermissionError, ValueError, OSError)
 
 
 class Terminated(BaseException):
@@ -208,12 +209,16 @@ def sweep(scenario, varies, out, sets):
     scens = [_load(scenario, sets + tuple(f"{k}={x}" for k, x in combo)) for combo in combos]   # validate all
     _need_root("sweep")
     outdir = Path(out) if out else runner.RESULTS_DIR / f"sweep-{dt.datetime.now():%Y%m%d-%H%M%S}"
-    dirs = []
+    dirs, failed = [], []
     for i, (combo, scen) in enumerate(zip(combos, scens)):
         label = "_".join(f"{k.rsplit('.', 1)[-1]}-{x}" for k, x in combo)
         _echo(f"[{i + 1}/{len(combos)}] {label}")
-        d, _ = runner.run(scen, outdir / f"{i:02d}-{re.sub(r'[^A-Za-z0-9_.-]', '', label)}", source=scenario,
-                          log=_echo)
+        d = outdir / f"{i:02d}-{re.sub(r'[^A-Za-z0-9_.-]', '', label)}"
+        try:
+            runner.run(scen, d, source=scenario, log=_echo)
+        except runner.RunFailed as e:             # its partial results are written; the sweep goes on
+            _echo(f"error: run {label} failed: {e}")
+            failed.append(label)
         dirs.append(d)
     df = report.sweep_table(dirs)
     report.write_sweep(outdir, df)
@@ -221,6 +226,8 @@ def sweep(scenario, varies, out, sets):
                         "cpu_bound") if c in df.columns]
     click.echo(df[cols].to_string(index=False))
     click.echo(f"results: {outdir / 'sweep.csv'}")
+    if failed:
+        raise UserError(f"{len(failed)} of {len(combos)} runs failed ({', '.join(failed)}); see their manifest.json")
 
 
 @cli.command(name="report")

@@ -6,14 +6,17 @@ that dies half-way can always be cleaned: ``testbed run`` reaps labs of kind ``r
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import re
 import time
 from pathlib import Path
 
 from . import topology
 from .fabric import netns
+from .errors import HelperFailed
 from .fabric import Fabric, FabricError
 from .fabric.port import headroom_warnings, port_configs
 from .scenario import Scenario, to_dict
@@ -68,14 +71,33 @@ def namespaces_of(name: str) -> list[str]:
     return netns.list_names(f"{netns.PREFIX}{name}-")
 
 
+def proc_start(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot, /proc/<pid>/stat field 22): with the pid, it names one
+    process for good (a pid alone may be reused)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _end_helpers(st: dict) -> None:
+    """Stop the helper processes a lab's state names (the PFC agent of a `testbed up` lab outlives the command
+    that started it) — only when pid and start time still match, so a reused pid is never signalled."""
+    for h in st.get("helpers", []):
+        if proc_start(h["pid"]) == h["start"]:
+            with contextlib.suppress(ProcessLookupError):   # it may end by itself meanwhile
+                os.kill(h["pid"], signal.SIGTERM)
+
+
 def remove(name: str) -> int:
-    """Remove a lab's namespaces (and so everything in them) and its state file."""
+    """Remove a lab: its helper processes, its namespaces (and so everything in them) and its state file."""
+    st = read_state(name)
+    if st:
+        _end_helpers(st)
     names = namespaces_of(name)
     netns.delete(names)
-    try:
-        state_path(name).unlink()
-    except FileNotFoundError:
-        pass
+    state_path(name).unlink(missing_ok=True)
     return len(names)
 
 
@@ -113,6 +135,7 @@ class Lab:
         self.datapath = None
         self.pfc = None                        # the PFC agent (control/pfc.py) when a tier has PFC on
         self.pfc_results: dict = {}
+        self.failures: list[str] = []           # helpers that failed (one line each), for the run to report
         self.warnings = headroom_warnings(self.ports, scen.switch)
 
     def __enter__(self) -> "Lab":
@@ -122,15 +145,18 @@ class Lab:
             if existing and existing.get("kind") == "run" and not _alive(existing.get("pid")):
                 remove(self.name)             # a crashed run of the same name: clean it, go on
             else:
-                who = f" (pid {existing.get('pid')}, {existing.get('kind')})" if existing else ""
+                who = ""
+                if existing and existing.get("kind") == "run":
+                    who = f" (by `testbed run`, pid {existing.get('pid')})"
+                elif existing:
+                    who = " (made by `testbed up`)"
                 raise LabError(f"lab '{self.name}' is already running{who}: "
                                f"`testbed down {self.name}` first, or pick another name")
         state = {"name": self.name, "kind": self.kind, "pid": os.getpid() if self.kind == "run" else None,
                  "created": time.time(), "source": self.source, "scenario": to_dict(self.scen),
                  "nodes": {n: self.fabric.ns[n] for n in self.topo.nodes}}
-        tmp = state_path(self.name).with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, state_path(self.name))
+        self._state = state
+        self._write_state()
         try:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -146,41 +172,59 @@ class Lab:
             compiled.result()
             self.fabric.attach_ingress(self.datapath.ingress_fd, self.datapath.ingress_name)
             self.fabric.attach_nic_release(self.datapath.nic_release_fd)
-            sw = self.scen.switch
-            pfc_on = any(sw.qos(t).pfc.enabled and sw.qos(t).traffic_classes.lossless for t in ("leaf", "spine"))
+            pfc_on = self.pfc_on
             if pfc_on and self.scen.hosts.pfc:
                 self.fabric.attach_host_ingress(self.datapath.host_ingress_fd, "ftb_host_ingress")
             if pfc_on:
                 from .control.pfc import PfcAgent
                 self.pfc = PfcAgent(self.datapath, self.fabric, self.scen)
                 self.pfc.start()
+                self._state["helpers"] = [{"name": "pfc-agent", "pid": self.pfc.pid,
+                                           "start": proc_start(self.pfc.pid)}]
+                self._write_state()
         except BaseException:
             self.close(force=True)
             raise
         return self
 
+    @property
+    def pfc_on(self) -> bool:
+        """Some tier's switches run PFC (on a lossless priority)."""
+        sw = self.scen.switch
+        return any(sw.qos(t).pfc.enabled and sw.qos(t).traffic_classes.lossless for t in ("leaf", "spine"))
+
+    def _write_state(self) -> None:
+        tmp = state_path(self.name).with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._state))
+        os.replace(tmp, state_path(self.name))
+
+    def check(self) -> None:
+        """Raise HelperFailed if a helper process of the lab (the PFC agent) has died."""
+        if self.pfc is not None:
+            self.pfc.check()
+
     def __exit__(self, *exc) -> None:
         self.close(force=exc[0] is not None)
 
     def close(self, force: bool = False) -> None:
+        """Stop the helpers, then tear everything down, whatever fails on the way; a helper that failed is
+        recorded in ``failures`` (one line each) for the run to report."""
         if self.keep and not force:
             return
         try:
             if self.pfc is not None:
-                self.pfc_results = self.pfc.stop()
-                self.pfc = None
-        except Exception:                      # noqa: BLE001 — teardown must happen anyway
-            pass
-        try:
-            self.fabric.teardown()
+                pfc, self.pfc = self.pfc, None
+                self.pfc_results = pfc.stop()
+        except HelperFailed as e:
+            self.failures.append(str(e))
         finally:
-            if self.datapath is not None:
-                self.datapath.close()
-                self.datapath = None
             try:
-                state_path(self.name).unlink()
-            except FileNotFoundError:
-                pass
+                self.fabric.teardown()
+            finally:
+                if self.datapath is not None:
+                    self.datapath.close()
+                    self.datapath = None
+                state_path(self.name).unlink(missing_ok=True)
 
 
 __all__ = ["Lab", "LabError", "FabricError", "all_labs", "clean_all", "reap_stale", "remove", "read_state"]

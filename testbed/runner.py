@@ -1,8 +1,11 @@
 """One experiment end to end: scenario → fabric → datapath → workload → telemetry → report.
 
-Everything the run built is removed before ``run`` returns, whatever happens (the Lab context manager);
-results are written only after teardown succeeded or failed, and into a fresh directory, so a failing run never
-damages the results of completed ones.
+Everything the run built is removed before ``run`` returns, whatever happens (the Lab context manager). The run
+has one clock: time zero is when the link sampler starts, and links.csv, flows.csv and collectives.csv times are
+seconds since it. Nothing fails silently: a helper that dies (the PFC agent, the telemetry sampler) or a traffic
+agent that fails stops the run, the results collected so far are still written (manifest ``failed`` says what
+happened) and ``run`` raises RunFailed with one line; a degradation (no SCHED_FIFO, a failed counter read, a
+late sample) goes to the manifest's ``degradations`` and the log.
 """
 from __future__ import annotations
 
@@ -11,16 +14,23 @@ import os
 import platform
 import secrets
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from . import __version__, report, telemetry, workloads
+from .errors import HelperFailed
 from .fabric import netns
 from .fabric.capture import Captures
 from .lab import Lab, reap_stale
 from .scenario import Scenario, to_dict
+from .workloads import WorkloadError
 
 RESULTS_DIR = Path("results")
+
+
+class RunFailed(Exception):
+    """The run stopped early; the message is one line (what failed, where the partial results are)."""
 
 
 def new_run_id(scen: Scenario) -> str:
@@ -28,17 +38,18 @@ def new_run_id(scen: Scenario) -> str:
 
 
 def _versions() -> dict:
+    import importlib.metadata as md
     out = {"fabric-testbed": __version__, "python": platform.python_version()}
-    for mod in ("pyroute2", "pydantic", "pandas", "scapy"):
+    for dist in ("pyroute2", "pydantic", "pandas", "scapy"):
         try:
-            out[mod] = __import__(mod).__version__
-        except Exception:             # noqa: BLE001 — a version string is best effort
-            pass
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = None
     try:
         import bcc
-        out["bcc"] = getattr(bcc, "__version__", "?")
-    except Exception:                 # noqa: BLE001
-        pass
+        out["bcc"] = getattr(bcc, "__version__", None)
+    except ImportError:
+        out["bcc"] = None
     return out
 
 
@@ -51,10 +62,84 @@ def set_host_classes(scen: Scenario, flows) -> None:
         f.prio = tc.dscp.get(f.dscp, tc.default)
 
 
+@dataclass
+class Traffic:
+    """What the traffic phase produced: flows with their results (in the same order), collective rows."""
+    flows: list = field(default_factory=list)
+    results: list = field(default_factory=list)
+    steps: list | None = None
+    collectives: list | None = None
+    info: dict = field(default_factory=dict)
+
+
+def _traffic(scen: Scenario, lab: Lab, origin: float, check: Callable[[], None], outdir: Path,
+             log: Callable[[str], None]) -> Traffic:
+    topo, tr = lab.topo, scen.traffic
+    duration_s = scen.duration / 1e9
+    packet_size = scen.traffic.packet_size or scen.topology.mtu
+    sndbuf = min(workloads.DEFAULT_SNDBUF, scen.topology.host_link.buffer * 3 // 4)
+    ns_of = lab.fabric.ns.__getitem__
+    out = Traffic()
+    if tr.collective:
+        from .workloads import collectives
+        log(f"traffic: {len(tr.job_list())} collective job(s) ({tr.engine}), up to {duration_s:g} s")
+        out.flows, pairs, out.collectives = collectives.run_jobs(tr, topo, scen.seed, ns_of, duration_s,
+                                                                 packet_size, sndbuf_bytes=sndbuf, log=log,
+                                                                 origin=origin, check=check)
+        out.results, out.steps = [r for r, _ in pairs], [s for _, s in pairs]
+        return out
+    out.flows = workloads.plan(tr, topo, scen.seed, duration_s)
+    set_host_classes(scen, out.flows)
+    log(f"traffic: {len(out.flows)} {tr.engine} flows, pattern {tr.pattern}, up to {duration_s:g} s")
+    if tr.engine == "rxe":
+        from .workloads import rxe
+        out.results = rxe.run_flows(lab, out.flows, duration_s, tr.rxe.test, tr.rxe.msg_bytes,
+                                    log_dir=outdir / "perftest", info=out.info)
+        shift = out.info.get("t0", origin) - origin            # perftest times are relative to its own t0
+        for r in out.results:
+            r.start_s = None if r.start_s is None else r.start_s + shift
+            r.end_s = None if r.end_s is None else r.end_s + shift
+        return out
+    out.results = workloads.run(out.flows, ns_of, duration_s, packet_size, sndbuf_bytes=sndbuf, info=out.info,
+                                origin=origin, check=check)
+    return out
+
+
+def _flow_rows(topo, traffic: Traffic, used: dict[int, int]) -> list[dict]:
+    rows = []
+    for i, (f, r) in enumerate(zip(traffic.flows, traffic.results)):
+        row = r.to_dict()
+        row["paths_used"] = used.get(f.flow_id, 0)
+        row["src_leaf"] = topo.leaf_of(f.src, f.rail)
+        row["dst_leaf"] = topo.leaf_of(f.dst, f.rail)
+        if traffic.steps is not None:
+            st = traffic.steps[i]
+            row.update(job=st.job, iteration=st.iteration, step=st.index)
+        rows.append(row)
+    return rows
+
+
+def _degradations(sampler, lab: Lab, acct, traffic: Traffic) -> list[str]:
+    out = list(sampler.degradations)
+    if sampler.late_samples:
+        out.append(f"telemetry: {sampler.late_samples} sample(s) taken late (the sampler fell behind; their "
+                   f"intervals are longer)")
+    if acct.why:                               # no per-core accounting, or its cgroup was left behind
+        out.append(f"cpu guard: {acct.why}")
+    pfc = lab.pfc_results or {}
+    out += pfc.get("degradations", [])
+    if pfc.get("error_count"):
+        out.append(f"PFC agent: {pfc['error_count']} failed action(s), e.g. {pfc['errors'][0]}")
+    out += traffic.info.get("agent_problems", [])
+    return out
+
+
 def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         log: Callable[[str], None] = lambda s: None) -> tuple[Path, dict]:
-    """Run the scenario; return (result directory, summary row)."""
+    """Run the scenario; return (result directory, summary row). Raises RunFailed (after writing what it has)
+    when a helper or traffic agent failed."""
     from . import doctor
+    from .control.pfc import summarize_reactions
 
     run_id = new_run_id(scen)
     outdir = Path(out) if out else RESULTS_DIR / run_id
@@ -65,71 +150,53 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         rxe.require()                         # one clear line where the kernel has no rdma_rxe, before building
     reap_stale()
     caps = doctor.as_dict(doctor.probe(with_bcc=False))
-    lab_name = "r" + secrets.token_hex(4)
-    duration_s = scen.duration / 1e9
+    lab_name = "r" + secrets.token_hex(3)       # short: "ftb-<lab>-pfc" must fit a 15-character process name
     started = time.time()
-    with Lab(scen, lab_name, source=source) as lab:
-        topo = lab.topo
-        log(f"fabric up: {len(topo.hosts)} hosts, {len(topo.switches)} switches, {len(topo.links)} links "
-            f"({sum(lab.fabric.timings.values()):.2f} s); datapath {scen.switch.load_balancing}")
-        coll_rows = None
-        flows = ([] if scen.traffic.collective else workloads.plan(scen.traffic, topo, scen.seed, duration_s))
-        set_host_classes(scen, flows)
-        for w in lab.warnings:
-            log(f"warning: {w}")
-        if scen.traffic.engine == "tcp" and scen.traffic.ecn != "none":
-            for h in topo.hosts:
-                netns.write_sysctl(lab.fabric.ns[h], "net.ipv4.tcp_ecn", 1)
-        host_rate = scen.topology.host_link.rate
-        packet_size = scen.traffic.packet_size or scen.topology.mtu
-        sampler = telemetry.LinkSampler(topo, lab.datapath, scen.telemetry.interval / 1e9, lab.fabric)
-        captures = Captures(lab.fabric, list(scen.capture), outdir)
-        captures.start()
-        sampler.start()
-        try:
-            what = (f"{len(scen.traffic.job_list())} collective job(s)" if scen.traffic.collective else
-                    f"{len(flows)} {scen.traffic.engine} flows, pattern {scen.traffic.pattern}")
-            log(f"traffic: {what} ({scen.traffic.engine}), "
-                f"up to {duration_s:g} s")
-            sndbuf = min(workloads.DEFAULT_SNDBUF, scen.topology.host_link.buffer * 3 // 4)
-            if scen.traffic.collective:
-                from .workloads import collectives
-                flows, pairs, coll_rows = collectives.run_jobs(scen.traffic, topo, scen.seed,
-                                                               lambda h: lab.fabric.ns[h], duration_s, packet_size,
-                                                               sndbuf_bytes=sndbuf, log=log)
-                results = [r for r, _ in pairs]
-                steps = [s for _, s in pairs]
-            elif scen.traffic.engine == "rxe":
-                from .workloads import rxe
-                results = rxe.run_flows(lab, flows, duration_s, scen.traffic.rxe.test, scen.traffic.rxe.msg_bytes,
-                                        log_dir=outdir / "perftest")
-            else:
-                results = workloads.run(flows, lambda h: lab.fabric.ns[h], duration_s, packet_size,
-                                        sndbuf_bytes=sndbuf)
-        finally:
-            sampler.stop()
-            pcaps = captures.stop()
-        used = telemetry.paths_used(topo, lab.datapath.flow_paths(), flows)
-        drops = lab.datapath.drop_counters()
-        resyncs = lab.datapath.resyncs
-        timings = dict(lab.fabric.timings)
-    ended = time.time()
-    from .control.pfc import summarize_reactions
-    resyncs += (lab.pfc_results or {}).get("drift_resyncs", 0)
-    qos = {"queue_model_error": sampler.model_error(), "queue_model_resyncs": resyncs,
-           "headroom_warnings": lab.warnings,
-           "pfc_agent": summarize_reactions(lab.pfc_results) if lab.pfc_results else None,
-           "pfc_agent_errors": (lab.pfc_results or {}).get("errors", [])}
+    failures: list[str] = []
+    traffic = Traffic()
+    with telemetry.LabCpuAccount(lab_name) as acct:
+        with Lab(scen, lab_name, source=source) as lab:
+            topo = lab.topo
+            log(f"fabric up: {len(topo.hosts)} hosts, {len(topo.switches)} switches, {len(topo.links)} links "
+                f"({sum(lab.fabric.timings.values()):.2f} s); datapath {scen.switch.load_balancing}")
+            for w in lab.warnings:
+                log(f"warning: {w}")
+            if scen.traffic.engine == "tcp" and scen.traffic.ecn != "none":
+                for h in topo.hosts:
+                    netns.write_sysctl(lab.fabric.ns[h], "net.ipv4.tcp_ecn", 1)
+            origin = time.time()
+            sampler = telemetry.LinkSampler(topo, lab.datapath, scen.telemetry.interval / 1e9, lab.fabric,
+                                            origin=origin, cpu=telemetry.CpuGuard(acct, origin))
+            captures = Captures(lab.fabric, list(scen.capture), outdir, mac_control=lab.pfc_on)
+            captures.start()
+            sampler.start()
 
-    flow_rows = []
-    for f, r in zip(flows, results):
-        row = r.to_dict()
-        row["paths_used"] = used.get(f.flow_id, 0)
-        row["src_leaf"] = topo.leaf_of(f.src, f.rail)
-        if coll_rows is not None:
-            st = steps[len(flow_rows)]
-            row.update(job=st.job, iteration=st.iteration, step=st.index)
-        flow_rows.append(row)
+            def check() -> None:
+                sampler.check()
+                lab.check()
+            try:
+                traffic = _traffic(scen, lab, origin, check, outdir, log)
+            except (HelperFailed, WorkloadError) as e:
+                failures.append(str(e))
+            finally:
+                sampler.stop()
+                pcaps = captures.stop()
+            used = telemetry.paths_used(topo, lab.datapath.flow_paths(), traffic.flows)
+            drops = lab.datapath.drop_counters()
+            resyncs = lab.datapath.resyncs
+            timings = dict(lab.fabric.timings)
+        failures += lab.failures
+    if sampler.error and sampler.error not in failures:
+        failures.append(sampler.error)
+    ended = time.time()
+    degradations = _degradations(sampler, lab, acct, traffic)
+    for d in degradations:
+        log(f"degraded: {d}")
+    pfc = lab.pfc_results or {}
+    qos = {"queue_model_error": sampler.model_error(),
+           "queue_model_resyncs": resyncs + pfc.get("drift_resyncs", 0),
+           "headroom_warnings": lab.warnings, "pfc_agent": summarize_reactions(pfc) if pfc else None,
+           "pfc_agent_errors": pfc.get("errors", [])}
     manifest = {
         "run_id": run_id, "scenario": to_dict(scen), "source": source, "seed": scen.seed,
         "versions": _versions(), "kernel": platform.release(), "capabilities": caps,
@@ -137,11 +204,16 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         "end_time": dt.datetime.fromtimestamp(ended, dt.timezone.utc).isoformat(),
         "lab": lab_name, "build_timings_s": timings, "datapath_drops": drops, "pcap": pcaps,
         "hostname": platform.node(), "cpus": os.cpu_count(), "qos": qos,
+        "failed": failures or None, "degradations": degradations, "telemetry": sampler.health(),
+        "unknown_packets": traffic.info.get("unknown_packets", {}),
     }
     meta = {"run_id": run_id, "scenario": scen.name, "load_balancing": scen.switch.load_balancing,
-            "seed": scen.seed, "duration_s": duration_s,
-            "offered_mbps": workloads.offered_mbps(flows, host_rate, duration_s),
-            "queue_model_error": qos["queue_model_error"]["mean"]}
-    row = report.write_run(outdir, manifest, sampler.rows, flow_rows, sampler.cpu.result(), meta,
-                           collectives=coll_rows)
+            "seed": scen.seed, "duration_s": scen.duration / 1e9,
+            "offered_mbps": workloads.offered_mbps(traffic.flows, scen.topology.host_link.rate,
+                                                   scen.duration / 1e9),
+            "queue_model_error": qos["queue_model_error"]["mean"], "failed": failures[0] if failures else None}
+    row = report.write_run(outdir, manifest, sampler.rows, _flow_rows(topo, traffic, used), sampler.cpu.result(),
+                           meta, collectives=traffic.collectives)
+    if failures:
+        raise RunFailed(f"{failures[0]} (results collected so far: {outdir})")
     return outdir, row

@@ -81,6 +81,7 @@ class TopologySpec(Strict):
 
 
 Priority = Annotated[int, Field(ge=0, le=7)]
+ROCE_DSCP = 26                  # AF31: the DSCP RoCE NICs mark by default
 
 
 class TrafficClassSpec(Strict):
@@ -272,6 +273,14 @@ class TrafficSpec(Strict):
     def collective(self) -> bool:
         return bool(self.jobs) or self.pattern == "allreduce"
 
+    @property
+    def wire_dscp(self) -> int:
+        """The DSCP the flows' packets carry: ``dscp``, except that RoCE defaults to 26 (AF31, what RoCE NICs
+        use) when ``dscp`` is not given."""
+        if self.engine in ("roce", "rxe") and "dscp" not in self.model_fields_set:
+            return ROCE_DSCP
+        return self.dscp
+
     def job_list(self) -> list[JobSpec]:
         if self.jobs:
             return list(self.jobs)
@@ -308,12 +317,38 @@ class Scenario(Strict):
             if n not in names:
                 raise ValueError(f"@{path}: no node {n!r} in this topology "
                                  f"({self.topology.hosts} hosts h0..h{self.topology.hosts - 1})")
+        self._pfc_does_something()
         for a, b in self.traffic.pairs:
             if a == b:
                 raise ValueError(f"@traffic.pairs: a flow from {a} to itself never crosses the fabric")
             if not (a.startswith("h") and b.startswith("h")):
                 raise ValueError(f"@traffic.pairs: flows run between hosts, got [{a}, {b}]")
         return self
+
+
+    def _pfc_does_something(self) -> None:
+        """PFC that could never pause anything is a mistake, not a configuration: refuse it with the fix."""
+        sw, t = self.switch, self.traffic
+        on = {tier: sw.qos(tier) for tier in ("leaf", "spine") if sw.qos(tier).pfc.enabled}
+        for tier, q in on.items():
+            if not q.traffic_classes.lossless:
+                o = sw.tiers.get(tier)
+                where = f"switch.tiers.{tier}" if o and o.traffic_classes is not None else "switch"
+                raise ValueError(f"@{where}.traffic_classes.lossless: PFC is enabled ({tier} switches) but no "
+                                 f"priority is lossless, so it would never pause anything; make one lossless and "
+                                 f"send on it, e.g. {where}.traffic_classes: {{dscp: {{26: 3}}, lossless: [3]}} "
+                                 f"with traffic.dscp: 26")
+        if on and t.engine != "rxe":
+            d = t.wire_dscp
+            if all(q.traffic_classes.dscp.get(d, q.traffic_classes.default) not in q.traffic_classes.lossless
+                   for q in on.values()):
+                q = next(iter(on.values()))
+                prio = q.traffic_classes.dscp.get(d, q.traffic_classes.default)
+                want = next((k for k, v in q.traffic_classes.dscp.items() if v in q.traffic_classes.lossless), None)
+                fix = f"set traffic.dscp: {want}" if want is not None else "map a DSCP to a lossless priority"
+                raise ValueError(f"@traffic.dscp: PFC protects priorities {q.traffic_classes.lossless} but the "
+                                 f"traffic (DSCP {d} → priority {prio}) is lossy, so PFC would never pause "
+                                 f"anything; {fix}")
 
 
 # ---------------------------------------------------------------- loading and overrides

@@ -249,7 +249,7 @@ def test_flowlet_never_moves_when_gaps_stay_below_timeout(dp, topo):
 # ---------------------------------------------------------------- drops
 
 def _drops(dp, ifindex):
-    return dp.port_counters()[ifindex].drop_reasons
+    return dp.port_counters()[ifindex].discard_reasons
 
 
 def test_non_ipv4_dropped_and_counted(dp, topo):
@@ -260,7 +260,7 @@ def test_non_ipv4_dropped_and_counted(dp, topo):
     assert run(dp, arp, port.ifindex)[0] == TC_ACT_SHOT
     assert _drops(dp, port.ifindex) == {"not_ipv4": 2}
     c = dp.port_counters()[port.ifindex]
-    assert c.rx_packets == 2 and c.drops == 2 and c.tx_packets == 0
+    assert c.rx_packets == 2 and c.discards == 2 and c.tx_packets == 0
     assert dp.drop_counters()["not_ipv4"] == 2
 
 

@@ -299,21 +299,22 @@ def _stall_shaper(lb, port, seconds: float, prio: int | None = None) -> None:
         s.close()
 
 
-def queue_model_run(qlab, stall_s: float = 0.0):
+def queue_model_run(qlab, stall_s: float = 0.0, resync: bool = True):
     """Two senders into one 40 Mbit/s port with a 150 KB buffer (a standing queue), with the telemetry sampler
-    running as in `testbed run` (100 ms; it resynchronises drifted models); every 20 ms compare the model's
-    depth with the qdisc's real backlog (netlink), read back to back. With ``stall_s`` the port's shaper stops
-    that long at 1 s. Returns signed relative errors (model − real) / real over samples with ≥ 16 KB real
-    backlog as (time since start, error), the CPU guard's verdict and the number of resyncs."""
+    running as in `testbed run` (100 ms); ``resync``: whether it resets a drifted model to the real backlog.
+    Every 20 ms the model's depth is compared with the qdisc's real backlog (netlink), read back to back. With
+    ``stall_s`` the port's shaper stops that long at 1 s. Returns the signed relative errors (model − real) /
+    real over samples with ≥ 16 KB real backlog as (time since start, error); the errors the sampler saw just
+    before each of its resyncs (the model the datapath acted on at the end of an interval, links.csv
+    ``queue_model_bytes`` vs ``backlog_bytes``); the busiest core's mean lab load; the number of resyncs."""
     scen = ecn_scenario(buffer="150KB")
     lb = qlab(scen)
     port = lb.topo.port_named("leaf1", "h2")
     sock = netns.netlink_socket(lb.fabric.ns["leaf1"])
     samples = []
     stop = threading.Event()
-    cpu = telemetry.CpuGuard()
-    sampler = telemetry.LinkSampler(lb.topo, lb.datapath, 0.1, lb.fabric)
     t0 = time.monotonic()
+    sampler = telemetry.LinkSampler(lb.topo, lb.datapath, 0.1, lb.fabric, resync=resync)
 
     def sample():
         stalled = not stall_s
@@ -326,7 +327,6 @@ def queue_model_run(qlab, stall_s: float = 0.0):
             if got and got[0] >= 16_384:
                 real, model = got
                 samples.append((time.monotonic() - t0, (model - real) / real))
-            cpu.sample()
             time.sleep(0.02)
 
     sampler.start()
@@ -341,38 +341,58 @@ def queue_model_run(qlab, stall_s: float = 0.0):
         sock.close()
     resyncs = lb.datapath.resyncs
     lb.close(force=True)
-    return samples, cpu.result(), resyncs
+    before_reset = [(r["queue_model_bytes"] - r["backlog_bytes"]) / r["backlog_bytes"] for r in sampler.rows
+                    if r["switch"] == "leaf1" and r["port"] == "h2" and r["direction"] == "tx"
+                    and r.get("backlog_bytes", 0) >= 16_384]
+    busy = [max(b) for _, b in sampler.cpu.samples]
+    return samples, before_reset, statistics.fmean(busy) if busy else float("nan"), resyncs
+
+
+def _stats(xs) -> str:
+    a = [abs(x) for x in xs]
+    return (f"{len(xs)} samples, median |error| {statistics.median(a):.3%}, mean {statistics.fmean(a):.3%}, "
+            f"signed mean {statistics.fmean(xs):+.3%}, max {max(a):.3%}")
 
 
 def test_queue_model_tracks_the_real_backlog(qlab):
-    """The queue model follows the qdisc's real backlog: median |error| ≤ 10 % (a CPU stall can make a single
-    sample far off, so the median — not a retry — carries the claim; the mean is bounded loosely too)."""
-    timed, cpu, resyncs = queue_model_run(qlab)
+    """The model the datapath acts on (tail drop, ECN) against the real backlog, with the sampler's resync OFF:
+    the drift of the model itself on a standing queue. Measured here over 20 runs: median |error| 0.x–y %
+    (see README); asserted ≤ 5 % (the median: one CPU stall can put a single sample far off)."""
+    timed, _, busy, resyncs = queue_model_run(qlab, resync=False)
     samples = [e for _, e in timed]
-    assert len(samples) >= 30
-    mean = statistics.fmean(abs(x) for x in samples)
-    median = statistics.median(abs(x) for x in samples)
-    print(f"\n[queue model] {len(samples)} samples, median |error| {median:.3%}, mean |error| {mean:.3%}, "
-          f"signed mean {statistics.fmean(samples):+.3%}, max {max(abs(x) for x in samples):.3%}; "
-          f"{resyncs} resyncs; cpu busy mean {cpu['cpu_busy_mean']}")
-    assert median <= 0.10, median
-    assert mean <= 0.25, mean
+    assert resyncs == 0 and len(samples) >= 30
+    print(f"\n[queue model, no resync] {_stats(samples)}; busiest core {busy:.2f}")
+    assert statistics.median(abs(x) for x in samples) <= 0.05
 
 
-def test_queue_model_resyncs_after_the_shaper_falls_behind(qlab):
+def test_queue_model_error_between_resyncs(qlab):
+    """With the sampler resynchronising (as in `testbed run`), the error the datapath acted on at the end of each
+    100 ms interval — the model just before its reset (links.csv queue_model_bytes) vs the real backlog read at
+    the same instant: median ≤ 5 %."""
+    _, before_reset, busy, resyncs = queue_model_run(qlab)
+    assert len(before_reset) >= 15
+    print(f"\n[queue model, just before each resync] {_stats(before_reset)}; {resyncs} resyncs; "
+          f"busiest core {busy:.2f}")
+    assert statistics.median(abs(x) for x in before_reset) <= 0.05
+
+
+@pytest.mark.parametrize("resync", [False, True])
+def test_queue_model_resyncs_after_the_shaper_falls_behind(qlab, resync):
     """The real shaper stops for 40 ms on a standing queue: the real queue takes the bytes the model thinks
-    left (up to the qdisc's limit, buffer + 64 KB) and, the port being overloaded, would keep them for the
-    rest of the run. The sampler resets the model to the real backlog at its next tick: within 200 ms after
-    the stall the error is back to what it was before (median ≤ 10 %), and at least one resync happened."""
-    timed, cpu, resyncs = queue_model_run(qlab, stall_s=0.04)
+    left (up to the qdisc's limit, buffer + 64 KB) and, the port being overloaded, keeps them for the rest of
+    the run — without resync the model stays > 10 % low from then on; with it, the sampler resets the model at
+    its next tick and from 300 ms after the stall the median error is ≤ 5 % again."""
+    timed, _, busy, resyncs = queue_model_run(qlab, stall_s=0.04, resync=resync)
     before = [abs(e) for t, e in timed if 0.3 <= t < 1.0]
     after = [abs(e) for t, e in timed if t >= 1.3]
-    print(f"\n[queue model, 40 ms shaper stall at 1 s] median |error| before {statistics.median(before):.3%}, "
-          f"from 0.3 s after {statistics.median(after):.3%}; {resyncs} resyncs; cpu busy mean "
-          f"{cpu['cpu_busy_mean']}")
-    assert resyncs >= 1
+    print(f"\n[queue model, 40 ms shaper stall at 1 s, resync {'on' if resync else 'off'}] median |error| before "
+          f"{statistics.median(before):.3%}, from 0.3 s after {statistics.median(after):.3%}; {resyncs} resyncs; "
+          f"busiest core {busy:.2f}")
     assert len(before) >= 10 and len(after) >= 30
-    assert statistics.median(after) <= 0.10, after
+    if resync:
+        assert resyncs >= 1 and statistics.median(after) <= 0.05, after
+    else:
+        assert resyncs == 0 and statistics.median(after) > 0.10, after
 
 
 def test_queue_model_tracks_the_real_backlog_under_pfc(qlab):

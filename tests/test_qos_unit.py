@@ -36,7 +36,7 @@ def scen():
     # depth and running the packet drain only a few hundred bytes
     return scenario.from_dict({"topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2,
                                             "host_link": {"rate": "1mbit", "buffer": "256KB"}},
-                               "switch": SWITCH})
+                               "switch": SWITCH, "traffic": {"dscp": 26}})
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def loaded(topo, scen):
 @pytest.fixture
 def dp(loaded):
     loaded.reset_counters()
-    for name in (b"vq", b"ingress_pause", b"egress_paused", b"vq_enq", b"ingress_acct", b"ingress_bytes"):
+    for name in (b"vq", b"egress_paused", b"ingress_state"):
         loaded.bpf[name].clear()
     return loaded
 
@@ -76,8 +76,19 @@ def set_depth(dp, out, prio, depth):
     """Make the model's queue (out, prio) hold ``depth`` bytes now."""
     ps = dp.bpf[b"port_qos"][dp.bpf[b"port_qos"].Key(out.ifindex)].ps_per_byte
     now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    set_finish(dp, out.ifindex * N_PRIO + prio, now + depth * ps // 1000)
+
+
+def set_finish(dp, key, finish):
+    """Set a queue's modelled finish time (tests run single-threaded: a plain map write is fine here)."""
     t = dp.bpf[b"vq"]
-    t[t.Key(out.ifindex * N_PRIO + prio)] = t.Leaf(now + depth * ps // 1000)
+    v = t[t.Key(key)]
+    v.finish = finish
+    t[t.Key(key)] = v
+
+
+def finish(dp, key):
+    return dp.bpf[b"vq"][dp.bpf[b"vq"].Key(key)].finish
 
 
 def run(dp, frame, ifindex):
@@ -158,9 +169,10 @@ def other_ingress(topo):
     return topo.port(topo.port_named("spine0", "leaf0").ifindex).peer_ifindex
 
 
-def from_port(topo, ifindex, tos):
+def from_port(topo, ifindex, tos, ttl=64):
     inp = topo.port(ifindex)
-    return bytes(Ether(src=inp.peer_mac, dst=inp.mac) / IP(src="10.9.9.9", dst=topo.address("h1"), tos=tos)
+    return bytes(Ether(src=inp.peer_mac, dst=inp.mac) / IP(src="10.9.9.9", dst=topo.address("h1"), tos=tos,
+                                                           ttl=ttl)
                  / UDP(sport=1000, dport=2000) / Raw(b"x" * 1000))
 
 
@@ -187,7 +199,7 @@ def test_xoff_by_ingress_accounting_once(dp, topo):
         xo = dp.queue_counters(ports=[inp.ifindex])[(inp.ifindex, 3)].xoff_events
         assert xo == (1 if i >= n_cross else 0), (i, xo)
         assert dp.ingress_queued(inp.ifindex, 3) == i * size
-    ip = dp.bpf[b"ingress_pause"][dp.bpf[b"ingress_pause"].Key(inp.ifindex * N_PRIO + 3)]
+    ip = dp.bpf[b"ingress_state"][dp.bpf[b"ingress_state"].Key(inp.ifindex * N_PRIO + 3)]
     assert ip.xoff_ns > 0 and ip.cause == out.ifindex
 
 
@@ -224,16 +236,104 @@ def test_ingress_bytes_leave_with_the_egress_drain(dp, topo):
     assert qa + qb == total and abs(qa / qb - 3) < 0.05
     # let half of it drain: move the pause start 50 % of the queue's time earlier … then un-pause
     ps = dp.bpf[b"port_qos"][dp.bpf[b"port_qos"].Key(out.ifindex)].ps_per_byte
-    vt = dp.bpf[b"vq"]
-    k = vt.Key(out.ifindex * N_PRIO + 3)
+    k = out.ifindex * N_PRIO + 3
     now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-    vt[k] = vt.Leaf(now + (total // 2) * ps // 1000)
+    set_finish(dp, k, now + (total // 2) * ps // 1000)
     dp.bpf[b"egress_paused"].clear()
     qa2, qb2 = dp.ingress_queued(inp.ifindex, 3), dp.ingress_queued(light, 3)
     assert abs((qa2 + qb2) - total / 2) < 0.03 * total
     assert abs(qa2 / qb2 - 3) < 0.3
-    vt[k] = vt.Leaf(now - 1)                                        # empty
+    set_finish(dp, k, now - 1)                                      # empty
     assert dp.ingress_queued(inp.ifindex, 3) == 0 and dp.ingress_queued(light, 3) == 0
+
+
+def _big_queue(dp, out):
+    """Let ``out``'s queues hold anything (no tail drop), so repeated runs exercise the whole path."""
+    import ctypes
+    t = dp.bpf[b"port_qos"]
+    saved = t[t.Key(out.ifindex)]
+    big = t.Leaf()
+    ctypes.memmove(ctypes.addressof(big), bytes(saved), ctypes.sizeof(big))
+    big.buffer = big.lossless_limit = 1 << 40
+    t[t.Key(out.ifindex)] = big
+    return saved
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+@pytest.mark.parametrize("same_ingress", [False, True])
+def test_two_cpus_lose_no_byte_of_the_queue_model(dp, topo, same_ingress):
+    """Two CPUs forward 100,000 packets each into the same frozen lossless queue at once, from two ingresses or
+    from one (veth delivers on the sending CPU, so a switch's queue — and an ingress — is updated from both):
+    the finish time, the bytes ever enqueued and each ingress's queued bytes account for every packet exactly.
+    The plain read-modify-write this replaced lost 1.52 MB of 208.4 MB enqueued (two ingresses) and 4.6 MB of
+    an ingress's 208.4 MB queued bytes (one ingress: the input of its Xoff decision) on this machine."""
+    import threading
+    inp, out = ports(topo)
+    light = inp.ifindex if same_ingress else other_ingress(topo)
+    saved = _big_queue(dp, out)
+    try:
+        freeze(dp, out, 3)
+        k = out.ifindex * N_PRIO + 3
+        v0 = dp.bpf[b"egress_paused"][dp.bpf[b"egress_paused"].Key(k)].value
+        set_finish(dp, k, v0)
+        a = bytes(pkt(topo, tos=26 << 2, ttl=255))
+        b = a if same_ingress else from_port(topo, light, 26 << 2, ttl=255)
+        rounds, rep = 400, 250                               # 100,000 packets per CPU (TTL 255: ≤ 250 a run)
+        verdicts = []
+
+        def work(frame, ifx, cpu):
+            os.sched_setaffinity(0, {cpu})
+            verdicts.extend(testrun.run(dp.ingress_fd, frame, ifindex=ifx, repeat=rep).verdict
+                            for _ in range(rounds))
+        threads = [threading.Thread(target=work, args=(f, i, c)) for f, i, c in ((a, inp.ifindex, 0),
+                                                                                 (b, light, 1))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert set(verdicts) == {TC_ACT_REDIRECT} and len(verdicts) == 2 * rounds
+        n = rounds * rep
+        ps = dp.bpf[b"port_qos"][dp.bpf[b"port_qos"].Key(out.ifindex)].ps_per_byte
+        la, lb = len(a), len(b)
+        assert dp.bpf[b"vq"][dp.bpf[b"vq"].Key(k)].enq == n * (la + lb)
+        assert finish(dp, k) - v0 == n * (la * ps // 1000 + lb * ps // 1000)
+        if same_ingress:
+            assert dp.ingress_queued(inp.ifindex, 3) == 2 * n * la
+        else:
+            assert dp.ingress_queued(inp.ifindex, 3) == n * la
+            assert dp.ingress_queued(light, 3) == n * lb
+        st = dp.bpf[b"ingress_state"][dp.bpf[b"ingress_state"].Key(inp.ifindex * N_PRIO + 3)]
+        assert st.bytes == (2 if same_ingress else 1) * n * la
+    finally:
+        dp.bpf[b"port_qos"][dp.bpf[b"port_qos"].Key(out.ifindex)] = saved
+
+
+def test_control_program_changes_the_model_atomically(dp, topo):
+    """ftb_ctl: RESYNC sets the finish time to base + the real backlog + what was queued since the reading;
+    SHIFT moves a paused queue's finish time; XON_RESET clears an ingress's Xoff (and nothing else)."""
+    from testbed.datapath import queue_model as qm
+    inp, out = ports(topo)
+    k = out.ifindex * N_PRIO + 3
+    base = 10**12
+    set_finish(dp, k, base + 7000)                           # the model moved 7,000 ns past `before` meanwhile
+    assert dp.control(qm.CTL_VQ_RESYNC, k, base, 50_000, base) == 0
+    assert finish(dp, k) == base + 50_000 + 7000
+    assert dp.control(qm.CTL_VQ_SHIFT, k, base + 10**9, 5) == 0          # finish before `a`: untouched
+    assert finish(dp, k) == base + 57_000
+    assert dp.control(qm.CTL_VQ_SHIFT, k, base, 1000) == 0
+    assert finish(dp, k) == base + 58_000
+    freeze(dp, out, 3)
+    f = bytes(pkt(topo, tos=26 << 2))
+    for _ in range(XOFF // len(f) + 2):
+        run(dp, f, inp.ifindex)
+    st_t = dp.bpf[b"ingress_state"]
+    ik = inp.ifindex * N_PRIO + 3
+    before = st_t[st_t.Key(ik)]
+    assert before.xoff_ns > 0
+    assert dp.control(qm.CTL_XON_RESET, ik) == 0
+    after = st_t[st_t.Key(ik)]
+    assert after.xoff_ns == 0 and after.leaked == 0 and after.bytes == before.bytes
+    assert dp.control(99, k) == -1                                       # unknown command: refused
 
 
 def test_below_xoff_no_pause(dp, topo):
@@ -269,7 +369,8 @@ def test_queue_depth_seen_is_the_model(dp, topo):
 
 
 def test_cost_of_egress_logic(dp, topo, capsys):
-    """Per-packet cost with ECN/PFC on vs the queue logic off (port_qos rate 0), same run: reported, bounded."""
+    """Per-packet cost of the egress logic (queue model under its lock, ECN) vs the queue logic off (port_qos
+    rate 0), same run: reported, and bounded near what was measured."""
     inp, out = ports(topo)
     t = dp.bpf[b"port_qos"]
     frame = bytes(pkt(topo, tos=2, ttl=255))    # repetitions run on the same skb: TTL − 1 each time
@@ -295,4 +396,4 @@ def test_cost_of_egress_logic(dp, topo, capsys):
     assert c.drops == 0 and c.packets == 7 * 40 * 250 and c.ecn_marks > 0          # the measured path included queueing and marking
     with capsys.disabled():
         print(f"\n[qos cost] egress logic on: {a:.0f} ns/pkt, off: {b:.0f} ns/pkt, ratio {a / b:.2f} ({c.packets} queued, {c.ecn_marks} marked)")
-    assert a < 10 * b + 500
+    assert a < 3.0 * b, (a, b)          # measured 2.2× (159 vs 72 ns; 1.6× before the per-queue lock)

@@ -134,29 +134,137 @@ def test_util_computation():
 
 def test_imbalance_even_is_one():
     row = rp.summarize(rp.links_frame(make_links(EVEN)), rp.flows_frame(make_flows([0.01])), CPU, META)
-    # leaf1 sent nothing, so only leaf0's two uplinks count
+    # leaf0 is the only source leaf: its two uplinks count, leaf1's do not
     assert row["uplink_imbalance"] == pytest.approx(1.0)
     assert row["uplinks"] == 2
-    assert row["mean_uplink_util"] == pytest.approx(1000 * 8 / (IV * RATE))
+    # the traffic window is the flow's 0.1 … 0.11 s: only the first sample (0 … 0.5 s) overlaps it
+    assert row["traffic_window_s"] == pytest.approx(0.01)
+    assert row["mean_uplink_util"] == pytest.approx(1000 * 8 / (0.01 * RATE))
     assert row["max_uplink_util"] == pytest.approx(row["mean_uplink_util"])
 
 
-def test_imbalance_and_util_uneven():
-    row = rp.summarize(rp.links_frame(make_links(UNEVEN)), rp.flows_frame([]), CPU, META)
-    # uplinks of sending leaves: 12 MB, 4 MB, 0 MB (leaf1→spine0, counted: leaf1 sent), 8 MB
-    tx = [12e6, 4e6, 0.0, 8e6]
+def _flows(*specs) -> list[dict]:
+    """(src_leaf, dst_leaf, start_s, end_s) per flow."""
+    return [dict(flow_id=i, src=f"h{i}", dst=f"h{i + 8}", sport=1000 + i, dport=5001, proto="udp", bytes=1000,
+                 start_s=st, end_s=en, fct_s=en - st, goodput_mbps=1.0, paths_used=1, src_leaf=sl, dst_leaf=dl)
+            for i, (sl, dl, st, en) in enumerate(specs)]
+
+
+def _uplink_rows(per_uplink: dict[tuple[str, str], list[int]], iv: float = IV) -> list[dict]:
+    rows = []
+    n = len(next(iter(per_uplink.values())))
+    for i in range(n):
+        for (leaf, spine), series in per_uplink.items():
+            rows.append(dict(time_s=(i + 1) * iv, switch=leaf, port=spine, peer=spine, direction="tx", role="up",
+                             rate_bps=RATE, bytes=series[i], packets=series[i] // 1000, interval_s=iv))
+    return rows
+
+
+def test_one_way_spray_over_four_uplinks_is_one():
+    """One flow h0→h4 sprayed evenly over leaf0's 4 uplinks; leaf1's uplinks carry a few bytes (ACKs)."""
+    up = {("leaf0", f"spine{s}"): [1_000_000] * 4 for s in range(4)}
+    up.update({("leaf1", f"spine{s}"): [600 if s == 0 else 0] * 4 for s in range(4)})
+    row = rp.summarize(rp.links_frame(_uplink_rows(up)), rp.flows_frame(_flows(("leaf0", "leaf1", 0.0, 2.0))),
+                       CPU, META)
+    assert row["uplink_imbalance"] == pytest.approx(1.0)      # the pooled definition said 2.0
+    assert row["uplink_imbalance_max"] == pytest.approx(1.0)
     assert row["uplinks"] == 4
-    assert row["uplink_tx_bytes"] == 24_000_000
-    assert row["uplink_imbalance"] == pytest.approx(max(tx) / np.mean(tx))  # 2.0
-    utils = [3e6 * 8 / (IV * RATE), 1e6 * 8 / (IV * RATE), 0.0, 2e6 * 8 / (IV * RATE)]
+
+
+def test_ecmp_collision_from_one_leaf():
+    """4 one-way ECMP flows from leaf0 land 2, 1, 1, 0 on its uplinks: busiest/mean = 2/1 = 2.0 (pooled with
+    leaf1's idle uplinks it read 4.0)."""
+    up = {("leaf0", "spine0"): [2_000_000] * 4, ("leaf0", "spine1"): [1_000_000] * 4,
+          ("leaf0", "spine2"): [1_000_000] * 4, ("leaf0", "spine3"): [0] * 4}
+    up.update({("leaf1", f"spine{s}"): [0] * 4 for s in range(4)})
+    flows = _flows(*[("leaf0", "leaf1", 0.0, 2.0)] * 4)
+    row = rp.summarize(rp.links_frame(_uplink_rows(up)), rp.flows_frame(flows), CPU, META)
+    assert row["uplink_imbalance"] == pytest.approx(2.0)
+    assert row["uplinks"] == 4
+
+
+def test_incast_leaves_sending_different_amounts_are_not_imbalanced():
+    """leaf1 sends 3× what leaf2 sends into leaf0, each spread evenly over its 2 uplinks: imbalance 1.0."""
+    up = {("leaf1", "spine0"): [3_000_000] * 4, ("leaf1", "spine1"): [3_000_000] * 4,
+          ("leaf2", "spine0"): [1_000_000] * 4, ("leaf2", "spine1"): [1_000_000] * 4,
+          ("leaf0", "spine0"): [0] * 4, ("leaf0", "spine1"): [0] * 4}
+    flows = _flows(("leaf1", "leaf0", 0.0, 2.0), ("leaf1", "leaf0", 0.0, 2.0), ("leaf2", "leaf0", 0.0, 2.0))
+    row = rp.summarize(rp.links_frame(_uplink_rows(up)), rp.flows_frame(flows), CPU, META)
+    assert row["uplink_imbalance"] == pytest.approx(1.0)      # pooled: 3/2 = 1.5
+    assert row["uplinks"] == 4
+
+
+def test_imbalance_is_weighted_by_each_leafs_bytes():
+    """leaf0: 4 MB as 2+2+0+0 (2.0); leaf1: 12 MB even (1.0): (2.0×4 + 1.0×12) / 16 = 1.25; worst leaf 2.0."""
+    up = {("leaf0", "spine0"): [500_000] * 4, ("leaf0", "spine1"): [500_000] * 4,
+          ("leaf0", "spine2"): [0] * 4, ("leaf0", "spine3"): [0] * 4}
+    up.update({("leaf1", f"spine{s}"): [750_000] * 4 for s in range(4)})
+    flows = _flows(("leaf0", "leaf1", 0.0, 2.0), ("leaf1", "leaf0", 0.0, 2.0))
+    row = rp.summarize(rp.links_frame(_uplink_rows(up)), rp.flows_frame(flows), CPU, META)
+    assert row["uplink_imbalance"] == pytest.approx(1.25)
+    assert row["uplink_imbalance_max"] == pytest.approx(2.0)
+
+
+def test_same_leaf_flows_make_no_source_leaf():
+    up = {("leaf0", "spine0"): [0] * 4, ("leaf0", "spine1"): [0] * 4}
+    row = rp.summarize(rp.links_frame(_uplink_rows(up)), rp.flows_frame(_flows(("leaf0", "leaf0", 0.0, 1.0))),
+                       CPU, META)
+    assert row["uplinks"] == 0 and math.isnan(row["uplink_imbalance"]) and math.isnan(row["mean_uplink_util"])
+
+
+def test_util_is_over_the_traffic_window():
+    """A link idle for the first half of a 2 s run and at full rate for the second: utilisation 1.0 over the
+    traffic window (1 s … 2 s), where the whole-run average said 0.5."""
+    full = int(RATE * IV / 8)
+    up = {("leaf0", "spine0"): [0, 0, full, full]}
+    row = rp.summarize(rp.links_frame(_uplink_rows(up)), rp.flows_frame(_flows(("leaf0", "leaf1", 1.0, 2.0))),
+                       CPU, META)
+    assert row["traffic_start_s"] == 1.0 and row["traffic_end_s"] == 2.0 and row["traffic_window_s"] == 1.0
+    assert row["mean_uplink_util"] == pytest.approx(1.0)
+    assert row["max_uplink_util"] == pytest.approx(1.0)
+
+
+def test_util_uneven_two_leaves_asymmetric():
+    """Two source leaves, one-way each, different loads; each uplink's util = its bytes / (rate × window)."""
+    up = {("leaf0", "spine0"): [3_000_000] * 4, ("leaf0", "spine1"): [1_000_000] * 4,
+          ("leaf1", "spine0"): [0] * 4, ("leaf1", "spine1"): [2_000_000] * 4}
+    flows = _flows(("leaf0", "leaf1", 0.0, 2.0), ("leaf1", "leaf0", 0.0, 2.0))
+    row = rp.summarize(rp.links_frame(_uplink_rows(up)), rp.flows_frame(flows), CPU, META)
+    utils = [12e6 * 8 / (2.0 * RATE), 4e6 * 8 / (2.0 * RATE), 0.0, 8e6 * 8 / (2.0 * RATE)]
+    assert row["uplinks"] == 4 and row["uplink_tx_bytes"] == 24_000_000
     assert row["mean_uplink_util"] == pytest.approx(np.mean(utils))
     assert row["max_uplink_util"] == pytest.approx(0.48)
+    # leaf0: 12/8 = 1.5 with 16 MB; leaf1: 8/4 = 2.0 with 8 MB → (1.5×16 + 2.0×8)/24
+    assert row["uplink_imbalance"] == pytest.approx((1.5 * 16 + 2.0 * 8) / 24)
 
 
-def test_util_averages_over_all_samples():
-    links = make_links({("leaf0", "spine0"): [6_250_000, 0, 0, 0]})  # full rate for one of four samples
-    row = rp.summarize(rp.links_frame(links), rp.flows_frame([]), CPU, META)
-    assert row["mean_uplink_util"] == pytest.approx(1.0 / 4)
+def _tx(port, backlogs, utils, offered, paused=0.0):
+    rows = []
+    for i, (b, u, o) in enumerate(zip(backlogs, utils, offered)):
+        rows.append(dict(time_s=(i + 1) * IV, switch="leaf0", port=port, peer=port, direction="tx", role="up",
+                         rate_bps=RATE, bytes=int(u * RATE * IV / 8), packets=1, interval_s=IV, backlog_bytes=b,
+                         offered_bytes=o, paused_s=paused))
+    return rows
+
+
+def test_starved_shaper_samples_flag_the_run():
+    """A port with a standing queue and enough offered load that still delivered 60 % of its rate, in 2 of its
+    3 backlogged samples: starved; the run is cpu_bound although the CPU guard saw no saturated core."""
+    cap = RATE * IV / 8
+    rows = _tx("spine0", [50_000] * 4, [1.0, 0.6, 0.6, 1.0], [cap] * 4)
+    rows += _tx("spine1", [0, 0, 0, 0], [0.3] * 4, [cap * 0.3] * 4)          # no queue: not a candidate
+    rows += _tx("spine2", [50_000] * 4, [0.1] * 4, [cap] * 4, paused=0.05)   # paused by PFC: not a candidate
+    row = rp.summarize(rp.links_frame(rows), rp.flows_frame(_flows(("leaf0", "leaf1", 0.0, 2.0))), CPU, META)
+    assert row["backlogged_samples"] == 3 and row["starved_samples"] == 2
+    assert row["starved_share"] == pytest.approx(2 / 3)
+    assert row["cpu_bound"] is True
+
+
+def test_a_port_without_enough_work_is_not_starved():
+    cap = RATE * IV / 8
+    rows = _tx("spine0", [50_000] * 4, [0.6] * 4, [cap * 0.5] * 4)      # backlogged but little offered
+    row = rp.summarize(rp.links_frame(rows), rp.flows_frame(_flows(("leaf0", "leaf1", 0.0, 2.0))), CPU, META)
+    assert row["backlogged_samples"] == 0 and row["starved_samples"] == 0 and row["cpu_bound"] is False
 
 
 def test_no_traffic_gives_nan():
@@ -195,7 +303,7 @@ def test_atomic_write_failure_keeps_old_file(tmp_path):
         raise RuntimeError("crash")
 
     with pytest.raises(RuntimeError):
-        rp._atomic_write(target, boom)
+        rp.atomic_write(target, boom)
     assert target.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["x.csv"]
 

@@ -108,25 +108,53 @@ struct queue_stats {              /* per CPU, index ifindex * N_PRIO + prio */
 	__u64 xoff_events;        /* Xoff crossings this ingress (port, prio) raised */
 };
 
-struct ingress_pause {            /* ingress_pause[ifindex * N_PRIO + prio]: PFC state of an ingress queue */
-	__u64 xoff_ns;            /* when Xoff was passed (0: not paused) */
-	__u64 last_ns;            /* last lossless arrival on it while paused (measures the upstream reaction) */
-	__u32 cause;              /* the egress port whose queue passed Xoff */
-	__u32 leaked;             /* packets that arrived after Xoff */
-};
-
 /* PFC ingress accounting: the bytes that arrived on ingress (port, prio) and still sit in an egress queue of the
- * switch, one record per egress port it fed: ingress_acct[(in * N_PRIO + prio) * ACCT_SLOTS + local(out)].
- * Positions are in the egress queue's byte stream (vq_enq: cumulative bytes enqueued); the queue has sent
- * everything up to D = vq_enq − depth. The ingress's `bytes` lie between `start` and `end` of that stream,
- * interleaved with other ingresses' bytes: all gone once D ≥ end, and in between they are taken to be spread
- * evenly (the drained part is attributed proportionally). */
+ * switch, one chunk per egress port it fed (chunks[local(out)]). Positions are in the egress queue's byte stream
+ * (vqueue.enq: cumulative bytes enqueued); the queue has sent everything up to D = enq − depth. A chunk's
+ * `bytes` lie between `start` and `end` of that stream, interleaved with other ingresses' bytes: all gone once
+ * D ≥ end, and in between they are taken to be spread evenly (the drained part is attributed proportionally). */
 struct ingress_chunk {
 	__u64 start;              /* stream position before the oldest of these bytes that may still be queued */
 	__u64 end;                /* position just after the newest */
 	__u64 bytes;              /* this ingress's bytes still counted in the queue */
 	__u32 port;               /* the egress port (ifindex) */
 	__u32 pad;
+};
+
+/* ingress_state[ifindex * N_PRIO + prio]: PFC state and accounting of one ingress queue. Packets of one ingress
+ * can be processed on two CPUs at once (veth delivers on the sender's CPU), so everything here is updated under
+ * `lock`; user space changes it only through the control program (ftb_ctl). */
+struct ingress_state {
+	struct bpf_spin_lock lock;
+	__u32 cause;              /* the egress port whose queue passed Xoff */
+	__u64 bytes;              /* running sum of the chunks (refreshed lazily) */
+	__u64 xoff_ns;            /* when Xoff was passed (0: not paused) */
+	__u64 last_ns;            /* last lossless arrival on it while paused (measures the upstream reaction) */
+	__u32 leaked;             /* packets that arrived after Xoff */
+	__u32 pad;
+	struct ingress_chunk chunks[ACCT_SLOTS];
+};
+
+struct vqueue {                   /* vq[ifindex * N_PRIO + prio]: the model of one egress queue */
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 finish;             /* when it would be empty, draining at the port rate (ns, CLOCK_MONOTONIC) */
+	__u64 enq;                /* bytes ever enqueued */
+};
+
+struct acct_scratch {             /* per CPU: where each chunk's egress queue has sent up to, for a recount */
+	__u64 sent[ACCT_SLOTS];
+};
+
+/* Commands of the control program (ftb_ctl), run by user space with BPF_PROG_TEST_RUN on a packet that holds
+ * one struct ctl_cmd: changes to the queue model that must be atomic with the switch program's updates. */
+enum { CTL_VQ_RESYNC = 1, CTL_VQ_SHIFT = 2, CTL_XON_RESET = 3 };
+struct ctl_cmd {
+	__u32 op;
+	__u32 key;                /* vq index (ifindex * N_PRIO + prio) or ingress_state index */
+	__u64 a;                  /* RESYNC: base time (ns); SHIFT: only if the finish time is after a */
+	__u64 b;                  /* RESYNC: backlog (ns of service); SHIFT: ns to add */
+	__u64 c;                  /* RESYNC: the finish time read before the backlog was read */
 };
 
 struct pfc_event {

@@ -19,12 +19,10 @@ BPF_PERCPU_ARRAY(drop_reason_counts, __u64, DROP_MAX);   /* not "drop_reasons": 
 /* Congestion and flow control (lib/qos.h). */
 BPF_ARRAY(qos_config, struct qos_config, N_SWITCHES);
 BPF_ARRAY(port_qos, struct port_qos, PORT_SLOTS);
-BPF_ARRAY(vq, __u64, PORT_SLOTS * N_PRIO);              /* virtual finish time (ns) of each egress queue */
+BPF_ARRAY(vq, struct vqueue, PORT_SLOTS * N_PRIO);      /* the model of each egress queue */
 BPF_ARRAY(egress_paused, __u64, PORT_SLOTS * N_PRIO);   /* paused since (ns), 0 = running; written by the agent */
-BPF_ARRAY(ingress_pause, struct ingress_pause, PORT_SLOTS * N_PRIO);
-BPF_ARRAY(vq_enq, __u64, PORT_SLOTS * N_PRIO);          /* bytes ever enqueued into each egress queue */
-BPF_ARRAY(ingress_acct, struct ingress_chunk, PORT_SLOTS * N_PRIO * ACCT_SLOTS);
-BPF_ARRAY(ingress_bytes, __u64, PORT_SLOTS * N_PRIO);   /* running sum of an ingress's chunks (refreshed lazily) */
+BPF_ARRAY(ingress_state, struct ingress_state, PORT_SLOTS * N_PRIO);
+BPF_PERCPU_ARRAY(acct_scratch, struct acct_scratch, 1);
 BPF_PERCPU_ARRAY(queue_stats, struct queue_stats, PORT_SLOTS * N_PRIO);
 BPF_PERCPU_ARRAY(queue_max, __u64, PORT_SLOTS * N_PRIO); /* max depth seen; zeroed by the telemetry reader */
 BPF_RINGBUF_OUTPUT(pfc_events, 16);

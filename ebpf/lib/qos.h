@@ -2,7 +2,9 @@
  *
  * The clsact hooks run before the qdisc enqueues and BCC cannot read the qdisc's backlog (DESIGN §3), so each
  * (egress port, priority) queue is a virtual queue: `vq` holds the time at which it would be empty if it drained
- * at the port rate; an arriving packet sees depth = (vq − now) × rate and pushes vq by its serialisation time.
+ * at the port rate (and the bytes ever enqueued); an arriving packet sees depth = (finish − now) × rate and
+ * pushes the finish time by its serialisation time. Packets of one queue arrive on several CPUs at once, so
+ * every update of the model is made under a per-queue (or per-ingress) spin lock.
  * While the port's priority is paused by PFC (`egress_paused`, written by the agent) the queue does not drain.
  * PFC Xoff follows ingress accounting, as in a switch: each lossless byte is charged to its ingress (port,
  * priority) until its egress queue has sent it (struct ingress_chunk); an ingress whose queued bytes pass Xoff
@@ -85,21 +87,27 @@ FTB_ALWAYS_INLINE int ecn_should_mark(__u64 depth, __u64 kmin, __u64 kmax, __u64
 	return (__u64)r < pmax * (depth - kmin) / (kmax - kmin);
 }
 
-/* Bytes egress queue (port, prio) has sent so far in the model: enqueued − depth now. */
+/* Bytes egress queue (port, prio) has sent so far in the model: enqueued − depth now (read under its lock, so
+ * the two describe the same packets). */
 FTB_ALWAYS_INLINE __u64 qos_sent(__u32 port, __u64 prio, __u64 now)
 {
 	__u32 k = port * N_PRIO + prio;
 	struct port_qos *pq = port_qos.lookup(&port);
-	__u64 *vt = vq.lookup(&k), *en = vq_enq.lookup(&k), *pa = egress_paused.lookup(&k);
-	__u64 eff = now, depth = 0;
+	struct vqueue *q = vq.lookup(&k);
+	__u64 *pa = egress_paused.lookup(&k);
+	__u64 eff = now, depth = 0, finish, enq;
 
-	if (!pq || !vt || !en || !pq->ps_per_byte)
+	if (!pq || !q || !pq->ps_per_byte)
 		return 0;
 	if (pa && *pa && *pa < now)
 		eff = *pa;
-	if (*vt > eff)
-		depth = (*vt - eff) * 1000 / pq->ps_per_byte;
-	return *en > depth ? *en - depth : 0;
+	bpf_spin_lock(&q->lock);
+	finish = q->finish;
+	enq = q->enq;
+	bpf_spin_unlock(&q->lock);
+	if (finish > eff)
+		depth = (finish - eff) * 1000 / pq->ps_per_byte;
+	return enq > depth ? enq - depth : 0;
 }
 
 /* Take out of a chunk what its queue has sent (it has sent everything up to stream position `sent`); returns
@@ -123,20 +131,130 @@ FTB_ALWAYS_INLINE __u64 chunk_drain(struct ingress_chunk *c, __u64 sent)
 	return gone;
 }
 
-/* Recount every chunk of ingress (port, prio) `ki`: the bytes of it still queued anywhere in the switch. */
-FTB_ALWAYS_INLINE __u64 ingress_recount(__u32 ki, __u64 prio, __u64 now)
+/* Enqueue `len` bytes (`svc` ns of service) into queue `q` at `eff`, under its lock: CPUs race on one queue
+ * (veth delivers on the sending CPU), and its finish time and byte count must move together. An idle queue
+ * restarts from `eff`. Returns -1 when the packet must be tail-dropped (the queue would pass `limit` bytes),
+ * else 0 with the depth the packet saw and its position in the queue's byte stream. */
+FTB_ALWAYS_INLINE int vq_enqueue(struct vqueue *q, __u64 eff, __u64 svc, __u64 ps, __u64 len, __u64 limit,
+				 __u64 *depth, __u64 *pos)
 {
+	__u64 base;
+	int verdict = 0;
+
+	bpf_spin_lock(&q->lock);
+	base = q->finish < eff ? eff : q->finish;
+	*depth = (base - eff) * 1000 / ps;
+	if (*depth + len > limit) {
+		verdict = -1;
+	} else {
+		q->finish = base + svc;
+		*pos = q->enq;
+		q->enq += len;
+	}
+	bpf_spin_unlock(&q->lock);
+	return verdict;
+}
+
+/* CE-mark an ECT packet with the RED/DCQCN probability at `depth`. */
+FTB_ALWAYS_INLINE void ecn_mark(struct __sk_buff *skb, const struct qos_config *cfg, struct queue_stats *qs,
+				__u64 prio, __u8 tos, __u64 depth)
+{
+	__u32 ecn = tos & ECN_MASK;
+
+	if (ecn != 1 && ecn != 2)
+		return;
+	qs->ect_packets++;
+	if (((cfg->ecn_on >> prio) & 1) &&
+	    ecn_should_mark(depth, cfg->kmin[prio], cfg->kmax[prio], cfg->pmax[prio], bpf_get_prandom_u32())) {
+		bpf_skb_ecn_set_ce(skb);
+		qs->ecn_marks++;
+	}
+}
+
+/* Recount ingress state `st` of priority `prio`: every chunk drained to where its egress queue has sent up to.
+ * The positions need map lookups, which are not allowed under the lock, so they are read first into per-CPU
+ * scratch (a chunk's egress port never changes: slot = the port's index in its switch). Returns the bytes of
+ * the ingress still queued; takes and releases st->lock. */
+FTB_ALWAYS_INLINE __u64 ingress_recount(struct ingress_state *st, __u64 prio, __u64 now)
+{
+	__u32 zero = 0;
+	struct acct_scratch *sc = acct_scratch.lookup(&zero);
 	__u64 total = 0;
 
+	if (!sc)
+		return st->bytes;
+	for (__u32 s = 0; s < ACCT_SLOTS; s++)
+		sc->sent[s] = st->chunks[s].bytes ? qos_sent(st->chunks[s].port, prio, now) : 0;
+	bpf_spin_lock(&st->lock);
 	for (__u32 s = 0; s < ACCT_SLOTS; s++) {
-		__u32 ck = ki * ACCT_SLOTS + s;
-		struct ingress_chunk *c = ingress_acct.lookup(&ck);
-		if (!c || !c->bytes)
-			continue;
-		chunk_drain(c, qos_sent(c->port, prio, now));
-		total += c->bytes;
+		chunk_drain(&st->chunks[s], sc->sent[s]);
+		total += st->chunks[s].bytes;
 	}
+	st->bytes = total;
+	bpf_spin_unlock(&st->lock);
 	return total;
+}
+
+/* PFC by ingress accounting: charge a lossless packet of `len` bytes, at position `pos` of egress queue `out`
+ * (whose queue had sent up to `sent`), to its ingress (port `in`, priority `prio`); raise Xoff when the bytes
+ * of that ingress still queued in the switch pass Xoff. */
+FTB_ALWAYS_INLINE void pfc_charge(const struct qos_config *cfg, const struct port_qos *pq, __u32 in, __u32 out,
+				  __u64 prio, __u64 pos, __u64 sent, __u64 len, __u64 now)
+{
+	__u32 ki = in * N_PRIO + prio, slot = pq->local < ACCT_SLOTS ? pq->local : 0;
+	struct ingress_state *st = ingress_state.lookup(&ki);
+	struct ingress_chunk *ch;
+	struct queue_stats *qi;
+	struct pfc_event ev = {};
+	__u64 acc, gone, xoff_at;
+	int recount = 0, raise = 0;
+
+	if (!st)
+		return;
+	bpf_spin_lock(&st->lock);
+	ch = &st->chunks[slot];
+	gone = chunk_drain(ch, sent);
+	if (!ch->bytes)
+		ch->start = pos;
+	ch->bytes += len;
+	ch->end = pos + len;
+	ch->port = out;
+	acc = (st->bytes > gone ? st->bytes - gone : 0) + len;
+	st->bytes = acc;
+	xoff_at = st->xoff_ns;
+	if (xoff_at) {
+		/* frames still arriving after Xoff: the upstream's reaction (a long pause leaks ~1 frame per 1.5 s
+		 * through the paused TBF; those are not part of the reaction) */
+		if (now - xoff_at < 50000000) {
+			st->last_ns = now;
+			st->leaked++;
+		}
+	} else if (acc > cfg->xoff) {
+		recount = 1;              /* the other chunks may have drained meanwhile */
+	}
+	bpf_spin_unlock(&st->lock);
+	if (!recount || ingress_recount(st, prio, now) <= cfg->xoff)
+		return;
+	bpf_spin_lock(&st->lock);
+	if (!st->xoff_ns) {
+		st->xoff_ns = now;
+		st->last_ns = 0;
+		st->leaked = 0;
+		st->cause = out;
+		raise = 1;
+	}
+	bpf_spin_unlock(&st->lock);
+	if (!raise)
+		return;                   /* another CPU raised it first */
+	qi = queue_stats.lookup(&ki);
+	if (qi)
+		qi->xoff_events++;
+	ev.ts = now;
+	ev.kind = EVT_XOFF;
+	ev.port = in;
+	ev.prio = prio;
+	ev.cause = out;
+	pfc_events.ringbuf_output(&ev, sizeof(ev), 0);
 }
 
 /* Account a packet of switch `sw`, arrived on `in`, leaving through `out`. Returns 0 to forward it, -1 when it
@@ -147,10 +265,9 @@ FTB_ALWAYS_INLINE int qos_egress(struct __sk_buff *skb, __u32 sw, __u32 in, __u3
 	struct port_qos *pq = port_qos.lookup(&out);
 	struct qos_config *cfg;
 	struct queue_stats *qs;
-	struct ingress_pause *ip;
-	struct ingress_chunk *ch;
-	__u64 prio, now, eff, v, depth, len = skb->len, ps, *vt, *pa, *mx, *en, *ib, pos, sent, acc, gone;
-	__u32 k, ki, lossless, ecn;
+	struct vqueue *q;
+	__u64 prio, now, eff, depth = 0, len = skb->len, *pa, *mx, pos = 0;
+	__u32 k, lossless;
 
 	if (!pq || !pq->ps_per_byte)
 		return 0;
@@ -161,100 +278,73 @@ FTB_ALWAYS_INLINE int qos_egress(struct __sk_buff *skb, __u32 sw, __u32 in, __u3
 	ftb_opaque(prio);
 	if (prio >= N_PRIO)
 		prio = 0;
-	ps = pq->ps_per_byte;
 	k = out * N_PRIO + prio;
-	vt = vq.lookup(&k);
+	q = vq.lookup(&k);
 	qs = queue_stats.lookup(&k);
-	if (!vt || !qs)
+	if (!q || !qs)
 		return 0;
 	now = bpf_ktime_get_ns();
 	eff = now;
 	pa = egress_paused.lookup(&k);
 	if (pa && *pa && *pa < now)
 		eff = *pa;                /* paused: the queue stopped draining then */
-	v = *vt;
-	if (v < eff) {
-		v = eff;
-		*vt = eff;                /* idle queue: restart from now (racing CPUs may lose one packet's time) */
-	}
-	depth = (v - eff) * 1000 / ps;
 	lossless = (cfg->lossless >> prio) & 1;
-
-	if (depth + len > (lossless ? pq->lossless_limit : pq->buffer)) {
+	if (vq_enqueue(q, eff, len * pq->ps_per_byte / 1000, pq->ps_per_byte, len,
+		       lossless ? pq->lossless_limit : pq->buffer, &depth, &pos) < 0) {
 		qs->drops++;
 		return -1;
 	}
-	ecn = tos & ECN_MASK;
-	if (ecn == 1 || ecn == 2) {
-		qs->ect_packets++;
-		if (((cfg->ecn_on >> prio) & 1) &&
-		    ecn_should_mark(depth, cfg->kmin[prio], cfg->kmax[prio], cfg->pmax[prio], bpf_get_prandom_u32())) {
-			bpf_skb_ecn_set_ce(skb);
-			qs->ecn_marks++;
-		}
-	}
-	__sync_fetch_and_add(vt, len * ps / 1000);
+	ecn_mark(skb, cfg, qs, prio, tos, depth);
 	qs->packets++;
 	qs->bytes += len;
 	qs->depth_sum += depth;
 	mx = queue_max.lookup(&k);
 	if (mx && depth > *mx)
 		*mx = depth;
-
-	/* PFC by ingress accounting: charge this packet to its ingress (port, priority) at its position in the
-	 * egress queue's byte stream; Xoff when the bytes of that ingress still queued in the switch pass Xoff. */
-	en = vq_enq.lookup(&k);
-	if (en) {
-		pos = *en;
-		*en = pos + len;
-	}
-	if (lossless && cfg->pfc && en) {
-		ki = in * N_PRIO + prio;
-		__u32 ck = ki * ACCT_SLOTS + (pq->local < ACCT_SLOTS ? pq->local : 0);
-		ch = ingress_acct.lookup(&ck);
-		ib = ingress_bytes.lookup(&ki);
-		ip = ingress_pause.lookup(&ki);
-		if (ch && ib && ip) {
-			sent = pos > depth ? pos - depth : 0;
-			gone = chunk_drain(ch, sent);
-			if (!ch->bytes)
-				ch->start = pos;
-			ch->bytes += len;
-			ch->end = pos + len;
-			ch->port = out;
-			acc = *ib > gone ? *ib - gone : 0;
-			acc += len;
-			if (acc > cfg->xoff && !ip->xoff_ns)
-				acc = ingress_recount(ki, prio, now);    /* the other chunks may have drained meanwhile */
-			*ib = acc;
-			if (ip->xoff_ns) {
-				/* frames still arriving after Xoff: the upstream's reaction (a long pause leaks ~1
-				 * frame per 1.5 s through the paused TBF; those are not part of the reaction) */
-				if (now - ip->xoff_ns < 50000000) {
-					ip->last_ns = now;
-					ip->leaked++;
-				}
-			} else if (acc > cfg->xoff) {
-				struct pfc_event ev = {};
-				struct queue_stats *qi = queue_stats.lookup(&ki);
-				ip->xoff_ns = now;
-				ip->last_ns = 0;
-				ip->leaked = 0;
-				ip->cause = out;
-				if (qi)
-					qi->xoff_events++;
-				ev.ts = now;
-				ev.kind = EVT_XOFF;
-				ev.port = in;
-				ev.prio = prio;
-				ev.cause = out;
-				pfc_events.ringbuf_output(&ev, sizeof(ev), 0);
-			}
-		}
-	}
+	if (lossless && cfg->pfc)
+		pfc_charge(cfg, pq, in, out, prio, pos, pos > depth ? pos - depth : 0, len, now);
 	if (pq->classes)
 		skb->priority = HTB_MAJOR | (HTB_CLASS_BASE + prio);
 	return 0;
+}
+
+/* User space's atomic changes to the model (struct ctl_cmd, see common.h). */
+FTB_ALWAYS_INLINE int qos_control(const struct ctl_cmd *c)
+{
+	__u32 key = c->key;
+	__u64 f;
+	struct ingress_state *st;
+	struct vqueue *q;
+	int rc = 0;
+
+	if (c->op == CTL_XON_RESET) {
+		st = ingress_state.lookup(&key);
+		if (!st)
+			return -1;
+		bpf_spin_lock(&st->lock);
+		st->xoff_ns = 0;
+		st->last_ns = 0;
+		st->leaked = 0;
+		bpf_spin_unlock(&st->lock);
+		return 0;
+	}
+	q = vq.lookup(&key);
+	if (!q)
+		return -1;
+	bpf_spin_lock(&q->lock);
+	f = q->finish;
+	if (c->op == CTL_VQ_RESYNC) {
+		/* the real backlog read at base, plus what the switch program queued since (f − before) */
+		__u64 before = c->c > c->a ? c->c : c->a;
+		q->finish = c->a + c->b + (f > before ? f - before : 0);
+	} else if (c->op == CTL_VQ_SHIFT) {
+		if (f > c->a)
+			q->finish = f + c->b;
+	} else {
+		rc = -1;
+	}
+	bpf_spin_unlock(&q->lock);
+	return rc;
 }
 
 #endif

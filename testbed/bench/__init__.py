@@ -480,7 +480,7 @@ class _PpsFabric:
         if self.dp is None:
             return {}
         c = self.dp.port_counters()
-        return {"switch_rx": sum(v.rx_packets for v in c.values()), "drops": sum(v.drops for v in c.values())}
+        return {"switch_rx": sum(v.rx_packets for v in c.values()), "drops": sum(v.discards for v in c.values())}
 
     def down(self) -> None:
         try:

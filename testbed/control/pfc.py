@@ -16,6 +16,7 @@ wait behind the data queued on the port.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes as ct
 import json
 import os
@@ -25,10 +26,11 @@ import socket
 import struct
 import time
 
+from ..datapath.queue_model import CTL_VQ_RESYNC, CTL_VQ_SHIFT, CTL_XON_RESET, control, drift_resync, ingress_queued
+from ..errors import HelperFailed
 from ..fabric import netns
-from ..datapath.queue_model import drift_resync, ingress_queued, resynced_finish
-from ..fabric.port import ETH_HLEN, N_PRIO, PortConfig
 from ..fabric.netlink import qdisc_backlog, qdisc_get_message, tbf_change_message
+from ..fabric.port import ETH_HLEN, N_PRIO, PortConfig
 
 PFC_DST = bytes.fromhex("0180c2000001")
 ETH_P_MACCTL = 0x8808
@@ -65,6 +67,10 @@ def summarize_reactions(samples: dict) -> dict:
     return out
 
 
+class PfcAgentFailed(HelperFailed):
+    """The PFC agent process died or could not report; the message is one line naming it."""
+
+
 class PfcEvent(ct.Structure):                       # struct pfc_event (ebpf/lib/common.h)
     _fields_ = [("ts", ct.c_uint64), ("kind", ct.c_uint32), ("port", ct.c_uint32), ("prio", ct.c_uint32),
                 ("cause", ct.c_uint32), ("quanta", ct.c_uint16 * N_PRIO)]
@@ -79,6 +85,9 @@ class PfcAgent:
         self.pid = None
         self._rfd = None
         self.results: dict = {}
+        self._dead_pid: int | None = None      # set once the child is reaped, with its exit status
+        self._status = ""
+        self._buffered = b""
 
     # ---- set-up in the parent (sockets must be made inside each namespace)
 
@@ -115,6 +124,7 @@ class PfcAgent:
                 self.getq[(p.ifindex, prio)] = qdisc_get_message(p.ifindex, c.leaf_handle(prio), c.class_id(prio))
 
     def start(self) -> None:
+        """Fork the agent and wait until its ring buffer is open; raise PfcAgentFailed if it dies before."""
         self._prepare()
         bpf = self.dp.bpf
         ring = bpf[b"pfc_events"]
@@ -124,58 +134,114 @@ class PfcAgent:
         if pid == 0:                                          # the agent
             os.close(rfd)
             os.close(ready_r)
-            code = 0
-            try:
-                _Agent(self, bpf, ring, wfd, ready_w).run()
-            except BaseException:                             # noqa: BLE001 — report and leave
-                import traceback
-                traceback.print_exc()
-                code = 1
-            os._exit(code)
+            _child(lambda: _Agent(self, bpf, ring, wfd, ready_w).run(), wfd, f"ftb-{self.fabric.lab}-pfc")
         os.close(wfd)
         os.close(ready_w)
         self.pid, self._rfd = pid, rfd
-        os.read(ready_r, 1)                                   # the ring buffer is open
+        ready = os.read(ready_r, 1)                           # the ring buffer is open
         os.close(ready_r)
         for d in (self.pkt, self.kick):
             for s in d.values():
                 s.close()
         for s in self.nl.values():
             s.close()
+        if not ready:
+            self._reap(block=True)
+            raise PfcAgentFailed(f"PFC agent (pid {pid}) exited before it was ready: {self._crash()}")
+
+    def check(self) -> None:
+        """Raise PfcAgentFailed (one line) if the agent has died; called while traffic runs."""
+        if self.pid is not None and self._reap(block=False):
+            raise PfcAgentFailed(f"PFC agent (pid {self._dead_pid}) died during the run "
+                                 f"({self._status}): {self._crash()}")
 
     def stop(self) -> dict:
-        if self.pid is None:
+        """End the agent and return what it measured; raise PfcAgentFailed if it crashed or its results are
+        unreadable (the timings it measured are then lost, the run's other results are not)."""
+        if self.pid is None and self._dead_pid is None:
             return self.results
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):     # it may have just exited by itself
+                os.kill(self.pid, signal.SIGTERM)
+        data = self._drain()
+        if self.pid is not None:
+            self._reap(block=True)
+        os.close(self._rfd)
+        self._rfd = None
+        if self._status != "exit 0":
+            raise PfcAgentFailed(f"PFC agent (pid {self._dead_pid}) ended with {self._status}: "
+                                 f"{self._crash(data)}")
         try:
-            os.kill(self.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        data = b""
+            self.results = json.loads(data.decode())
+        except ValueError as e:
+            raise PfcAgentFailed(f"PFC agent (pid {self._dead_pid}) wrote unreadable results ({e}): "
+                                 f"{data[:80]!r}") from None
+        return self.results
+
+    # ---- the child's end
+
+    def _reap(self, block: bool) -> bool:
+        pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+        if pid == 0:
+            return False
+        self._dead_pid, self.pid = self.pid, None
+        self._status = (f"exit {os.waitstatus_to_exitcode(status)}" if os.WIFEXITED(status)
+                        else f"signal {signal.Signals(os.WTERMSIG(status)).name}")
+        return True
+
+    def _drain(self) -> bytes:
+        data = self._buffered
         while True:
             chunk = os.read(self._rfd, 1 << 20)
             if not chunk:
                 break
             data += chunk
-        os.close(self._rfd)
-        os.waitpid(self.pid, 0)
-        self.pid = None
+        self._buffered = data
+        return data
+
+    def _crash(self, data: bytes | None = None) -> str:
+        """The one-line reason the child wrote before it died, if any."""
+        if data is None:
+            data = self._drain() if self._rfd is not None else self._buffered
         try:
-            self.results = json.loads(data.decode()) if data else {}
+            return json.loads(data.decode()).get("crashed") or "no message"
         except ValueError:
-            self.results = {}
-        return self.results
+            return "no message (killed?)"
+
+
+def _child(body, wfd: int, name: str) -> None:
+    """Run the agent's body in the forked child and leave with os._exit, never returning into the parent's code.
+    A crash is written to the result pipe as {"crashed": "<one line>"} (and the traceback to stderr)."""
+    code = 0
+    try:
+        _set_comm(name)
+        body()
+    except BaseException as e:                                # noqa: BLE001 — reported through the pipe
+        import traceback
+        traceback.print_exc()
+        os.write(wfd, json.dumps({"crashed": f"{type(e).__name__}: {e}"[:300]}).encode())
+        code = 1
+    os._exit(code)
+
+
+def _set_comm(name: str) -> None:
+    """Name the process (``ps``, ``top``) with the lab's prefix."""
+    PR_SET_NAME = 15
+    ct.CDLL(None).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
 class _Agent:
     def __init__(self, owner: PfcAgent, bpf, ring, wfd: int, ready_w: int):
         self.o, self.bpf, self.ring, self.wfd, self.ready_w = owner, bpf, ring, wfd, ready_w
         self.vq, self.paused = bpf[b"vq"], bpf[b"egress_paused"]
-        self.ingress, self.stats, self.pq = bpf[b"ingress_pause"], bpf[b"pfc_stats"], bpf[b"port_qos"]
+        self.ingress, self.stats, self.pq = bpf[b"ingress_state"], bpf[b"pfc_stats"], bpf[b"port_qos"]
+        self.ctl_fd = owner.dp.control_fd
         self.watch: dict[tuple[int, int], tuple[int, int]] = {}     # (in port, prio) → (xoff ns, cause port)
         self.xoff_at: dict[tuple[int, int], int] = {}                # (downstream port, prio) → xoff ns
         self.egress_since: dict[tuple[int, int], int] = {}
         self.samples = {"reaction_us": [], "apply_us": [], "leaked": []}
         self.errors: list[str] = []
+        self.degradations: list[str] = []
         self.resyncs = 0
         self.drift_resyncs = 0
         self.sweep_keys = sorted(k for k in owner.getq if owner.ports[k[0]].role != "nic")   # NICs: no model
@@ -192,8 +258,9 @@ class _Agent:
         signal.signal(signal.SIGTERM, self._term)
         try:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
-        except (OSError, AttributeError):
-            pass
+        except OSError as e:
+            self.degradations.append(f"PFC agent: SCHED_FIFO refused ({e.strerror}): it runs at normal priority, "
+                                     f"so pause reactions may be slower under load")
         self.ring.open_ring_buffer(self._event)
         fd = self.ring.map_fd
         os.write(self.ready_w, b"1")
@@ -301,11 +368,8 @@ class _Agent:
         idx = port * N_PRIO + prio
         self._netlink(port, self.o.msgs[key][1])
         now = self._now()
-        if not self._resync(port, prio, now):
-            vk = self.vq.Key(idx)
-            v = self.vq[vk].value
-            if v > since:
-                self.vq[vk] = self.vq.Leaf(v + (now - since))     # the queue did not drain while paused
+        if not self._resync(port, prio, now):                  # the queue did not drain while paused
+            self._control(CTL_VQ_SHIFT, idx, since, now - since)
         self.paused[self.paused.Key(idx)] = self.paused.Leaf(0)
         sk = self.stats.Key(idx)
         st = self.stats[sk]
@@ -332,7 +396,7 @@ class _Agent:
         if not ps:                                           # a host NIC: no queue model
             return False
         vk = self.vq.Key(port * N_PRIO + prio)
-        v0 = self.vq[vk].value
+        v0 = self.vq[vk].finish
         p = self.o.ports[port]
         s = self.o.nl[p.node]
         try:
@@ -343,17 +407,21 @@ class _Agent:
             return False
         if backlog is None:
             return False
-        v1 = self.vq[vk].value
         if eff is None:
-            v = drift_resync(self._now(), backlog, ps, v0, v1, self.mtu)[1]
-            if v is None:
+            eff = self._now()
+            if not drift_resync(eff, backlog, ps, self.vq[vk].finish, self.mtu)[1]:
                 return True
             self.drift_resyncs += 1
         else:
-            v = resynced_finish(eff, backlog, ps, v0, v1)
             self.resyncs += 1
-        self.vq[vk] = self.vq.Leaf(v)
+        self._control(CTL_VQ_RESYNC, port * N_PRIO + prio, eff, backlog * ps // 1000, v0)
         return True
+
+    def _control(self, op: int, key: int, a: int = 0, b: int = 0, c: int = 0) -> None:
+        """An atomic change to the queue model (the switch program updates it from other CPUs meanwhile)."""
+        rc = control(self.ctl_fd, op, key, a, b, c)
+        if rc != 0:
+            self.errors.append(f"queue model control {op} on key {key}: {rc}")
 
     def _kick(self, port: int, prio: int):
         p = self.o.ports[port]
@@ -375,14 +443,14 @@ class _Agent:
                 continue
             self._send_pfc(port, 1 << prio, 0)
             del self.watch[key]
-            ik = self.ingress.Key(port * N_PRIO + prio)
-            st = self.ingress[ik]
+            idx = port * N_PRIO + prio
+            st = self.ingress[self.ingress.Key(idx)]
             if st.last_ns and st.last_ns > t_xoff:
                 self.samples["reaction_us"].append((st.last_ns - t_xoff) / 1000)
             else:
                 self.samples["reaction_us"].append(0.0)
             self.samples["leaked"].append(int(st.leaked))
-            self.ingress[ik] = self.ingress.Leaf()        # Xon: the next crossing raises Xoff again
+            self._control(CTL_XON_RESET, idx)                # Xon: the next crossing raises Xoff again
 
     def _finish(self):
         now = self._now()
@@ -393,6 +461,8 @@ class _Agent:
             self.stats[sk] = st
         out = dict(self.samples)
         out["errors"] = self.errors[:20]
+        out["error_count"] = len(self.errors)
+        out["degradations"] = self.degradations
         out["resyncs"] = self.resyncs
         out["drift_resyncs"] = self.drift_resyncs
         os.write(self.wfd, json.dumps(out).encode())

@@ -23,6 +23,7 @@ from . import hashing, kheaders, source
 from ..fabric.port import N_PRIO, PortConfig, port_configs
 from .bccutil import import_bcc, quiet_stderr
 from .errors import DatapathError
+from . import queue_model
 from .queue_model import drift_resync, ingress_queued
 
 __all__ = ["Datapath", "DatapathError", "PortCounters", "QueueCounters", "N_PRIO", "FlowPath", "DROP_REASONS", "MODES", "SPRAY_KINDS"]
@@ -30,6 +31,7 @@ __all__ = ["Datapath", "DatapathError", "PortCounters", "QueueCounters", "N_PRIO
 PROGRAM = "ftb_switch_ingress"
 NIC_RELEASE = "ftb_nic_release"     # XDP on leaf host ports: releases the sender's socket (see switch.c)
 HOST_PROGRAM = "ftb_host_ingress"
+CONTROL_PROGRAM = "ftb_ctl"          # user space's atomic changes to the queue model (run with PROG_TEST_RUN)
 MODES = {"ecmp": 0, "flowlet": 1, "spray": 2}
 SPRAY_KINDS = {"random": 0, "round_robin": 1}
 # Index = the DROP_* enum in ebpf/lib/common.h.
@@ -40,13 +42,16 @@ PORT_VALID = 1
 
 @dataclass
 class PortCounters:
-    """Counters of one switch port (summed over CPUs). Drops are charged to the port a packet arrived on."""
+    """Counters of one switch port (summed over CPUs). ``discards``: frames the switch program could not forward
+    (not IPv4, malformed, no route, TTL, …), charged to the port they arrived on — not congestion drops, which
+    are per egress queue (QueueCounters). ``read_at``: the instant (time.time()) these values were read."""
     rx_packets: int = 0
     rx_bytes: int = 0
     tx_packets: int = 0
     tx_bytes: int = 0
-    drops: int = 0
-    drop_reasons: dict[str, int] = field(default_factory=dict)   # only reasons with a count
+    discards: int = 0
+    discard_reasons: dict[str, int] = field(default_factory=dict)   # only reasons with a count
+    read_at: float = 0.0
 
 
 @dataclass
@@ -163,6 +168,7 @@ class Datapath:
                 fn = bpf.load_func(PROGRAM.encode(), BPF.SCHED_CLS)
                 self._nic = bpf.load_func(NIC_RELEASE.encode(), BPF.XDP)
                 self._host_fn = bpf.load_func(HOST_PROGRAM.encode(), BPF.SCHED_CLS)
+                self._ctl = bpf.load_func(CONTROL_PROGRAM.encode(), BPF.SCHED_CLS)
             except Exception as e:   # BCC raises bare Exception with the details on stderr
                 log = err.text()
                 first = _first_error(log) or str(e)
@@ -307,12 +313,23 @@ class Datapath:
             paused = pa[pa.Key(k)].value
             if paused and paused < now:
                 eff = paused
-            v = vq[vq.Key(k)].value
+            v = vq[vq.Key(k)].finish
             if v > eff:
                 total += (v - eff) * 1000 // ps
         return total
 
-    def sync_queue_models(self, ifindexes, read_backlogs) -> tuple[dict, dict[int, int]]:
+    @property
+    def control_fd(self) -> int:
+        """The control program (ftb_ctl): see ``control``. Also usable from a forked child (the PFC agent)."""
+        self._need()
+        return self._ctl.fd
+
+    def control(self, op: int, key: int, a: int = 0, b: int = 0, c: int = 0) -> int:
+        """Change the queue model atomically with the switch program's updates (queue_model.control)."""
+        self._need()
+        return queue_model.control(self._ctl.fd, op, key, a, b, c)
+
+    def sync_queue_models(self, ifindexes, read_backlogs, resync: bool = True) -> tuple[dict, dict[int, int]]:
         """Read the real backlogs (``read_backlogs()``: a root-qdisc dump, ifindex → (bytes, packets, drops,
         qlen, backlog)) between two reads of the models of ``ifindexes``; return the dump and each port's model
         depth at that instant, and — on single-queue ports (no traffic classes) — reset a model that is more than
@@ -327,7 +344,7 @@ class Datapath:
         vq, pq = self._bpf[b"vq"], self._bpf[b"port_qos"]
         single = not self.switch_spec.classes_on
         keys = {i: vq.Key(i * N_PRIO) for i in ifindexes}
-        before = {i: vq[k].value for i, k in keys.items()} if single else {}
+        before = {i: vq[k].finish for i, k in keys.items()} if single else {}
         dump = read_backlogs()
         now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         depths: dict[int, int] = {}
@@ -340,9 +357,9 @@ class Datapath:
             ps = pq[pq.Key(i)].ps_per_byte
             if not ps:
                 continue
-            depths[i], v = drift_resync(now, dump[i][4], ps, before[i], vq[k].value, self.topo.spec.mtu)
-            if v is not None:
-                vq[k] = vq.Leaf(v)
+            depths[i], fix = drift_resync(now, dump[i][4], ps, vq[k].finish, self.topo.spec.mtu)
+            if fix and resync:
+                self.control(queue_model.CTL_VQ_RESYNC, i * N_PRIO, now, dump[i][4] * ps // 1000, before[i])
                 self.resyncs += 1
         return dump, depths
 
@@ -399,17 +416,20 @@ class Datapath:
         self._need()
         t = self._bpf[b"port_stats"]
         out = {}
+        clock = time.time
         for ifx in self._switch_ports:
-            c = PortCounters()
-            for cpu in t.getvalue(t.Key(ifx)):
+            t0 = clock()
+            values = t.getvalue(t.Key(ifx))
+            c = PortCounters(read_at=(t0 + clock()) / 2)
+            for cpu in values:
                 c.rx_packets += cpu.rx_packets
                 c.rx_bytes += cpu.rx_bytes
                 c.tx_packets += cpu.tx_packets
                 c.tx_bytes += cpu.tx_bytes
                 for i, name in enumerate(DROP_REASONS):
                     if cpu.drops[i]:
-                        c.drop_reasons[name] = c.drop_reasons.get(name, 0) + cpu.drops[i]
-            c.drops = sum(c.drop_reasons.values())
+                        c.discard_reasons[name] = c.discard_reasons.get(name, 0) + cpu.drops[i]
+            c.discards = sum(c.discard_reasons.values())
             out[ifx] = c
         return out
 
@@ -459,7 +479,7 @@ class Datapath:
         """Release the program and maps (attached tc filters keep their own reference to the program)."""
         if self._bpf is not None:
             self._bpf.cleanup()
-        self._bpf = self._fn = self._host_fn = None
+        self._bpf = self._fn = self._host_fn = self._ctl = None
 
     def __enter__(self):
         return self.load()

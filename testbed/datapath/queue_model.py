@@ -1,34 +1,40 @@
 """The switch program's queue model, read from user space: depth, bytes sent, PFC ingress accounting, resync.
 
 The model lives in BPF maps (ebpf/lib/qos.h): ``vq`` holds the time at which an (egress port, priority) queue
-would be empty if it drained at the port rate, ``vq_enq`` the bytes ever enqueued, ``egress_paused`` when a
-paused queue stopped draining, ``ingress_acct`` the chunks of lossless bytes per ingress. The telemetry
+would be empty if it drained at the port rate and the bytes ever enqueued, ``egress_paused`` when a
+paused queue stopped draining, ``ingress_state`` the chunks of lossless bytes per ingress. The telemetry
 sampler and the PFC agent both read it and both resynchronise it with the real qdisc backlog; the arithmetic
 they share is here, in one place.
 """
 from __future__ import annotations
 
+import struct
 import time
 
 from ..fabric.port import N_PRIO
+from . import testrun
+
+CTL_VQ_RESYNC, CTL_VQ_SHIFT, CTL_XON_RESET = 1, 2, 3      # enum in ebpf/lib/common.h
+CTL_CMD = struct.Struct("=IIQQQ")                          # struct ctl_cmd
 
 
-def resynced_finish(base_ns: int, backlog: int, ps_per_byte: int, v_before: int, v_after: int) -> int:
-    """A queue model's finish time (ns) set to a real backlog of ``backlog`` bytes read at ``base_ns``, keeping
-    the bytes the switch program accounted while the backlog was read (the model read ``v_before`` before the
-    read and ``v_after`` after it). Used by the agent's pause/resume resync and the drift resyncs below."""
-    return base_ns + backlog * ps_per_byte // 1000 + max(0, v_after - max(v_before, base_ns))
-
-
-def drift_resync(now_ns: int, backlog: int, ps_per_byte: int, v_before: int, v_after: int,
-                 slack: int) -> tuple[int, int | None]:
-    """A running queue's model against its real backlog read just before ``now_ns``: (the model's depth in
-    bytes, the finish time to write when it is more than ``slack`` bytes off, else None). Shared by the
-    telemetry sampler (single-queue ports) and the PFC agent's sweep (ports with classes)."""
+def drift_resync(now_ns: int, backlog: int, ps_per_byte: int, v_after: int, slack: int) -> tuple[int, bool]:
+    """A running queue's model (finish time ``v_after``, read just after the backlog) against its real backlog
+    read just before ``now_ns``: (the model's depth in
+    bytes, whether it is more than ``slack`` bytes off and must be resynchronised — ``CTL_VQ_RESYNC`` with base
+    ``now_ns``). Shared by the telemetry sampler (single-queue ports) and the PFC agent's sweep (classes)."""
     depth = max(0, v_after - now_ns) * 1000 // ps_per_byte
-    if abs(depth - backlog) <= slack:
-        return depth, None
-    return depth, resynced_finish(now_ns, backlog, ps_per_byte, v_before, v_after)
+    return depth, abs(depth - backlog) > slack
+
+
+def control(prog_fd: int, op: int, key: int, a: int = 0, b: int = 0, c: int = 0) -> int:
+    """Run one command of the control program (ftb_ctl, struct ctl_cmd in ebpf/lib/common.h) with
+    BPF_PROG_TEST_RUN. The switch program updates the model with atomic operations and a per-ingress lock; a
+    plain map write from user space would race with it (a packet accounted between our read and our write
+    would be lost), so every change goes through the same atomics in the kernel. Returns the program's verdict
+    (0 = done; the command runs as one compare-and-swap retry loop, ~2 µs a call)."""
+    r = testrun.run(prog_fd, CTL_CMD.pack(op, key, a, b, c))
+    return struct.unpack("i", struct.pack("I", r.verdict))[0]
 
 
 def queue_sent(bpf, port: int, prio: int, now: int) -> int:
@@ -41,8 +47,8 @@ def queue_sent(bpf, port: int, prio: int, now: int) -> int:
     paused = bpf[b"egress_paused"][bpf[b"egress_paused"].Key(k)].value
     if paused and paused < now:
         eff = paused
-    v = bpf[b"vq"][bpf[b"vq"].Key(k)].value
-    en = bpf[b"vq_enq"][bpf[b"vq_enq"].Key(k)].value
+    q = bpf[b"vq"][bpf[b"vq"].Key(k)]
+    v, en = q.finish, q.enq
     depth = (v - eff) * 1000 // ps if v > eff else 0
     return max(0, en - depth)
 
@@ -51,11 +57,11 @@ def ingress_queued(bpf, slots: int, port: int, prio: int, now: int | None = None
     """Bytes that arrived on ingress (port, prio) and still sit in some egress queue of its switch: the PFC
     ingress accounting of lib/qos.h (ingress_recount), read without writing (the switch program owns it)."""
     now = now if now is not None else time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-    t = bpf[b"ingress_acct"]
+    t = bpf[b"ingress_state"]
+    st = t[t.Key(port * N_PRIO + prio)]
     total = 0
-    base = (port * N_PRIO + prio) * slots
     for s in range(slots):
-        c = t[t.Key(base + s)]
+        c = st.chunks[s]
         if not c.bytes:
             continue
         sent = queue_sent(bpf, c.port, prio, now)

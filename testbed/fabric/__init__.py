@@ -83,7 +83,7 @@ class Fabric:
         if taken:
             raise FabricError(f"lab '{self.lab}': namespace {taken[0]} already exists "
                               f"(a lab of that name is running; `testbed down {self.lab}` or `testbed clean`)")
-        socks = netns.create(self.ns.values(), netlink=True)
+        socks = netns.create(self.ns.values(), netlink=True, ipv6=False)   # the fabric is IPv4 only
         self._socks = {node: socks[name] for node, name in self.ns.items()}
         t = self._phase("namespaces", t)
 
@@ -234,11 +234,12 @@ class Fabric:
             netns.write_sysctl(self.ns[sw], "net.ipv4.fib_multipath_hash_policy", 1)
         self.timings["kernel_forwarding"] = time.perf_counter() - t
 
-    def qdisc_stats(self, nodes: list[str] | None = None) -> dict[int, tuple]:
-        """Root qdisc counters of every port of ``nodes`` (default: switches): what really left each port."""
+    def qdisc_stats(self, nodes: list[str] | None = None, read_at: list | None = None) -> dict[int, tuple]:
+        """Root qdisc counters of every port of ``nodes`` (default: switches): what really left each port.
+        ``read_at`` gets the instant of each node's reading appended (netlink.dump_root_qdisc_stats)."""
         out: dict[int, tuple] = {}
         for node in nodes if nodes is not None else self.topo.switches:
-            out.update(dump_root_qdisc_stats(self._socks[node]))
+            out.update(dump_root_qdisc_stats(self._socks[node], read_at))
         return out
 
     # ------------------------------------------------------------------ teardown

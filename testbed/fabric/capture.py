@@ -2,6 +2,12 @@
 
 Files are ``DIR/pcap/<node>-<ifname>.pcap`` (plain pcap, Ethernet link type), readable by tshark and scapy.
 tcpdump runs inside the node's namespace and is stopped with SIGINT so it flushes its buffer.
+
+PFC frames a node *sends* leave through AF_PACKET with PACKET_QDISC_BYPASS (they must not wait behind the data
+queued on the port), which also skips the capture tap of the sending interface: a capture of the node would
+show the pause frames it received but none it sent. With ``mac_control`` the capture therefore also records, on
+the far end of each link, the MAC control frames (EtherType 0x8808) arriving from the node — on a veth exactly
+what the node sent — and merges them into the node's file by time (mergecap).
 """
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import netns
@@ -19,10 +26,26 @@ class CaptureError(Exception):
     pass
 
 
+@dataclass
+class _Tcpdump:
+    proc: subprocess.Popen
+    path: Path
+    merge_into: Path | None = None       # a sent-frames capture: merged into this file at the end
+
+
 class Captures:
-    def __init__(self, fabric, nodes: list[str], outdir: Path, snaplen: int = 0):
+    def __init__(self, fabric, nodes: list[str], outdir: Path, snaplen: int = 0, mac_control: bool = False):
         self.fabric, self.nodes, self.dir, self.snaplen = fabric, nodes, Path(outdir) / "pcap", snaplen
-        self.procs: list[tuple[subprocess.Popen, Path]] = []
+        self.mac_control = mac_control
+        self.procs: list[_Tcpdump] = []
+
+    def _spawn(self, tcpdump: str, node: str, ifname: str, path: Path, extra: list[str],
+               merge_into: Path | None = None) -> None:
+        argv = [tcpdump, "-i", ifname, "-w", str(path), "-U", "-n", "-q", "-B", "4096", "-s", str(self.snaplen),
+                "--immediate-mode", *extra]
+        proc = netns.spawn(self.fabric.ns[node], argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           start_new_session=True)
+        self.procs.append(_Tcpdump(proc, path, merge_into))
 
     def start(self) -> None:
         if not self.nodes:
@@ -30,40 +53,57 @@ class Captures:
         tcpdump = shutil.which("tcpdump")
         if not tcpdump:
             raise CaptureError("capture: tcpdump is not installed (apt-get install tcpdump)")
+        if self.mac_control and not shutil.which("mergecap"):
+            raise CaptureError("capture: mergecap (Debian's wireshark-common) is needed to merge the PFC frames a "
+                               "node sends into its capture; apt-get install wireshark-common")
         self.dir.mkdir(parents=True, exist_ok=True)
         for node in self.nodes:
             for p in self.fabric.topo.ports[node]:
-                path = self.dir / f"{node}-{p.ifname}.pcap"
-                argv = [tcpdump, "-i", p.ifname, "-w", str(path), "-U", "-n", "-q", "-B", "4096",
-                        "-s", str(self.snaplen), "--immediate-mode"]
-                proc = netns.spawn(self.fabric.ns[node], argv, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE, start_new_session=True)
-                self.procs.append((proc, path))
+                main = self.dir / f"{node}-{p.ifname}.pcap"
+                self._spawn(tcpdump, node, p.ifname, main, [])
+                if self.mac_control:
+                    sent = self.dir / f".{node}-{p.ifname}.sent-mac-control.pcap"
+                    self._spawn(tcpdump, p.peer_node, p.peer_ifname, sent, ["-Q", "in", "ether", "proto", "0x8808"],
+                                merge_into=main)
         deadline = time.time() + 5
-        for proc, path in self.procs:           # tcpdump creates the file once it listens
-            while not path.exists() and proc.poll() is None and time.time() < deadline:
+        for t in self.procs:                    # tcpdump creates the file once it listens
+            while not t.path.exists() and t.proc.poll() is None and time.time() < deadline:
                 time.sleep(0.01)
-            if proc.poll() is not None:
-                err = proc.stderr.read().decode(errors="replace").strip().splitlines()
+            if t.proc.poll() is not None:
+                err = t.proc.stderr.read().decode(errors="replace").strip().splitlines()
                 self.stop()
-                raise CaptureError(f"capture: tcpdump on {path.stem} failed: {err[-1] if err else '?'}")
+                raise CaptureError(f"capture: tcpdump for {t.path.name} failed: {err[-1] if err else '?'}")
         time.sleep(0.1)
 
     def stop(self) -> list[str]:
-        for proc, _ in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-        for proc, _ in self.procs:
+        for t in self.procs:
+            if t.proc.poll() is None:
+                t.proc.send_signal(signal.SIGINT)
+        for t in self.procs:
             try:
-                proc.wait(timeout=5)
+                t.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if proc.stderr:
-                proc.stderr.close()
-        files = [str(path.relative_to(self.dir.parent)) for _, path in self.procs if path.exists()]
-        for _, path in self.procs:
-            if path.exists():
-                os.chmod(path, 0o644)
+                t.proc.kill()
+                t.proc.wait()
+            if t.proc.stderr:
+                t.proc.stderr.close()
+        for t in self.procs:
+            if t.merge_into is not None and t.path.exists():
+                _merge(t.merge_into, t.path)
+        files = [str(t.path.relative_to(self.dir.parent)) for t in self.procs
+                 if t.merge_into is None and t.path.exists()]
+        for t in self.procs:
+            if t.merge_into is None and t.path.exists():
+                os.chmod(t.path, 0o644)
         self.procs = []
         return files
+
+
+def _merge(main: Path, extra: Path) -> None:
+    """Merge ``extra`` into ``main`` by timestamp (mergecap), then remove ``extra``."""
+    out = main.with_name(f".{main.name}.merged")
+    r = subprocess.run(["mergecap", "-F", "pcap", "-w", str(out), str(main), str(extra)], capture_output=True, text=True)
+    if r.returncode:
+        raise CaptureError(f"capture: mergecap {main.name}: {(r.stderr or r.stdout).strip().splitlines()[-1]}")
+    os.replace(out, main)
+    extra.unlink()

@@ -11,6 +11,7 @@ import errno
 import os
 import socket
 import struct
+import time
 
 from pyroute2.netlink import (NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST, NLMSG_DONE,
                               NLMSG_ERROR)
@@ -44,13 +45,19 @@ class NetlinkError(Exception):
 QdiscStats = tuple  # (bytes, packets, drops, qlen, backlog) of a port's root qdisc
 
 
-def dump_root_qdisc_stats(sock: socket.socket) -> dict[int, QdiscStats]:
+def dump_root_qdisc_stats(sock: socket.socket, read_at: list | None = None) -> dict[int, QdiscStats]:
     """One RTM_GETQDISC dump: ifindex → (bytes, packets, drops, qlen, backlog) of each root qdisc.
 
     Parsed by hand (tcmsg header + the legacy TCA_STATS struct the kernel still sends): telemetry calls this
     for every switch several times a second, where generic decoding costs more than the kernel's answer.
-    """
+    ``read_at``: gets the instant the counters were read appended (time.time()). The kernel fills the first
+    part of a dump while the request is being sent, so that is the middle of ``send`` — not when ``recv``
+    returns, which a descheduled thread may reach milliseconds later (that made a saturated port's sample read
+    1.5 % above its rate)."""
+    t0 = time.time()
     sock.send(struct.pack("IHHII", 36, RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + bytes(20))
+    if read_at is not None:
+        read_at.append((t0 + time.time()) / 2)
     out: dict[int, QdiscStats] = {}
     while True:
         data = sock.recv(1 << 20)

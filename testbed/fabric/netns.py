@@ -66,7 +66,7 @@ def _prepare_dir() -> None:
         open(_ANCHOR, "a").close()
 
 
-def _create_one(name: str) -> None:
+def _create_one(name: str, ipv6: bool = True) -> None:
     p = path(name)
     try:
         os.link(_ANCHOR, p)
@@ -76,13 +76,25 @@ def _create_one(name: str) -> None:
         os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_RDONLY))
     _check(_libc.unshare(CLONE_NEWNET), f"unshare for {name}")
     _check(_libc.mount(b"/proc/thread-self/ns/net", p.encode(), b"none", MS_BIND, None), f"mount {p}")
+    if not ipv6:
+        _no_ipv6_here()
 
 
-def _worker(names: list[str], errors: list, socks: dict | None) -> None:
+def _no_ipv6_here() -> None:
+    """Turn IPv6 off in the namespace this thread is in, before any interface exists: the fabric is IPv4, and a
+    new interface would otherwise send router/neighbour solicitations and MLD reports at link-up — frames the
+    switches can only discard, which made every port of a lossless run show "drops". (/proc/sys/net belongs to
+    the namespace of the thread that opens it.)"""
+    for scope in ("all", "default"):
+        with open(f"/proc/sys/net/ipv6/conf/{scope}/disable_ipv6", "w") as f:
+            f.write("1")
+
+
+def _worker(names: list[str], errors: list, socks: dict | None, ipv6: bool) -> None:
     # Each call to unshare leaves this thread in the namespace just made; the thread ends there.
     for n in names:
         try:
-            _create_one(n)
+            _create_one(n, ipv6)
             if socks is not None:         # opened here, the socket belongs to the namespace just made
                 socks[n] = _netlink_socket_here()
         except Exception as e:           # noqa: BLE001 — collected and re-raised by create()
@@ -90,18 +102,19 @@ def _worker(names: list[str], errors: list, socks: dict | None) -> None:
             return
 
 
-def create(names: Iterable[str], threads: int = 2, netlink: bool = False) -> dict[str, socket.socket]:
+def create(names: Iterable[str], threads: int = 2, netlink: bool = False,
+           ipv6: bool = True) -> dict[str, socket.socket]:
     """Create every named namespace; on any failure remove the ones made and raise.
 
     With ``netlink=True`` also return a NETLINK_ROUTE socket living in each new namespace (made by the thread
-    that is inside it anyway, which saves a thread per namespace later).
+    that is inside it anyway, which saves a thread per namespace later). ``ipv6=False``: no IPv6 in them.
     """
     names = list(names)
     _prepare_dir()
     errors: list = []
     socks: dict | None = {} if netlink else None
     chunks = [names[i::threads] for i in range(threads)]
-    workers = [threading.Thread(target=_worker, args=(c, errors, socks)) for c in chunks if c]
+    workers = [threading.Thread(target=_worker, args=(c, errors, socks, ipv6)) for c in chunks if c]
     for w in workers:
         w.start()
     for w in workers:

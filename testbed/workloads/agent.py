@@ -206,7 +206,16 @@ def run_job(job: dict) -> dict:
     }
 
 
+def _name_process() -> None:
+    """Carry the lab's prefix in the process name (``ps``/``top`` show ftb-<lab>-<host>)."""
+    name = os.environ.get("FTB_PROC_NAME")
+    if name:
+        import ctypes
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)      # PR_SET_NAME
+
+
 def main() -> int:
+    _name_process()
     print(json.dumps({"ready": os.getpid()}), flush=True)
     line = sys.stdin.readline()
     if not line.strip():

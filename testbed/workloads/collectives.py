@@ -82,8 +82,9 @@ def schedule(traffic, topo, seed: int) -> list[list[Step]]:
 
 
 def run_jobs(traffic, topo, seed: int, ns_of, duration_s: float, packet_size: int, sndbuf_bytes=None,
-             log=lambda s: None):
-    """Run every round; return (flows, results, op rows). Times are seconds since the first round's t0."""
+             log=lambda s: None, origin: float | None = None, check=None):
+    """Run every round; return (flows, results, op rows). Times are seconds since ``origin`` (epoch seconds;
+    default the first round's t0). ``check`` is handed to every round (it may raise to abort the run)."""
     from . import run as run_flows
     name, engine = _engine(traffic)
     opts = roce_opts(traffic, topo) if name == "roce" else None
@@ -92,7 +93,6 @@ def run_jobs(traffic, topo, seed: int, ns_of, duration_s: float, packet_size: in
     rng = random.Random(seed + 1)
     all_flows, all_results = [], []
     ops: dict[tuple, OpRecord] = {}
-    origin = None
     fid = 0
     give_up = time.time() + duration_s
     for r, steps in enumerate(rounds):
@@ -108,12 +108,13 @@ def run_jobs(traffic, topo, seed: int, ns_of, duration_s: float, packet_size: in
                 sport = rng.randrange(traffic.sport_base, 65536 - 64)
                 flows.append(Flow(flow_id=fid, src=src, dst=dst, src_addr=topo.address(src),
                                   dst_addr=topo.address(dst), sport=sport, dport=base_dport, proto=engine.proto,
-                                  size_bytes=nbytes, rate_bps=traffic.rate, start_s=0.0, engine=name, opts=opts))
+                                  size_bytes=nbytes, rate_bps=traffic.rate, start_s=0.0, engine=name, opts=opts,
+                                  dscp=traffic.wire_dscp, ecn=traffic.ecn))
                 owner.append(s)
                 fid += 1
         info: dict = {}
         limit = max(1.0, give_up - time.time())
-        results = run_flows(flows, ns_of, limit, packet_size, sndbuf_bytes=sndbuf_bytes, info=info)
+        results = run_flows(flows, ns_of, limit, packet_size, sndbuf_bytes=sndbuf_bytes, info=info, check=check)
         t0 = info["t0"]
         if origin is None:
             origin = t0

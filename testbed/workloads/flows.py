@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
 SPORT_MAX = 65535
+IP_PROTO = {"udp": 17, "rocev2": 17, "tcp": 6}
 
 
 @dataclass
@@ -38,7 +39,7 @@ class Flow:
     dst_addr: str
     sport: int
     dport: int
-    proto: str                       # L4 protocol on the wire: "udp" | "tcp"
+    proto: str                       # transport on the wire: "udp" | "tcp" | "rocev2"
     size_bytes: Optional[int]        # L4 payload bytes to deliver; None = send for the whole duration
     rate_bps: Optional[int]          # pacing rate (IP bytes); None = as fast as the host link takes it
     start_s: float                   # seconds after t0
@@ -52,6 +53,19 @@ class Flow:
     @property
     def tos(self) -> int:
         return (self.dscp << 2) | {"none": 0, "ect1": 1, "ect0": 2}[self.ecn]
+
+    @property
+    def ip_proto(self) -> int:
+        """The IP protocol number of its packets (RoCEv2 rides on UDP)."""
+        return IP_PROTO[self.proto]
+
+    def source_ports(self) -> range:
+        """Every UDP/TCP source port its packets carry: one, or — RoCE with per-packet entropy — a run of
+        ``entropy_values`` ports (the requester's sockets, ``roce/rc.py``)."""
+        o = self.opts or {}
+        n = max(1, int(o.get("entropy_values") or 1)) if o.get("entropy") == "packet" else 1
+        first = min(self.sport, SPORT_MAX - n + 1)
+        return range(first, first + n)
 
     def __post_init__(self):
         if not self.engine:
@@ -229,7 +243,7 @@ def plan(traffic, topo, seed: int, duration_s: float) -> list[Flow]:
                               dst_addr=topo.address(dst, rail), sport=sports[i], dport=dports[k],
                               proto=engine.proto, size_bytes=traffic.flow_size, rate_bps=traffic.rate,
                               start_s=start_s, rail=rail, engine=name, opts=opts,
-                              dscp=getattr(traffic, "dscp", 0), ecn=getattr(traffic, "ecn", "none")))
+                              dscp=traffic.wire_dscp, ecn=traffic.ecn))
     return flows
 
 

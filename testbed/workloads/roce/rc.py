@@ -145,16 +145,18 @@ class Endpoint:
         self.unknown = 0
         self.rx_open = False
         self.users = 0
-        self.ctl_drops = 0
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def send_ctl(self, pkt: bytes, dst: str) -> None:
+    def send_ctl(self, pkt: bytes, dst: str) -> bool:
+        """Send an ACK/NAK/CNP; False when the host's queue refused it. Control packets are best effort (ACKs are
+        cumulative and the RTO covers a lost NAK), but each loss is counted by its flow and reported."""
         try:
             self.ctl.sendto(pkt, (dst, 0))
-        except (BlockingIOError, OSError):
-            self.ctl_drops += 1            # control packets are best effort (ACKs are cumulative, RTO covers)
+        except OSError:                    # EAGAIN/ENOBUFS: the host link's queue is full
+            return False
+        return True
 
     def on_readable(self, now: float):
         self.drain(256)
@@ -258,6 +260,7 @@ class Responder:
         self.naks = 0
         self.acks = 0
         self.dropped = 0
+        self.ctl_lost = 0                 # ACK/NAK/CNP packets the host could not send
         self.first_rx = self.last_rx = None
         self.complete_at = None
         self.deadline = None
@@ -267,7 +270,8 @@ class Responder:
         cc = o.get("cc", "none")
         self.np = NotificationPoint(float(o["cnp_interval_s"])) if cc == "dcqcn" else None
         self.ce = 0
-        self.ctl = w.Template(flow["dst_addr"], flow["src_addr"], req_qpn(self.flow_id), tos=w.DSCP_ROCE << 2)
+        self.ctl = w.Template(flow["dst_addr"], flow["src_addr"], req_qpn(self.flow_id),
+                              tos=flow.get("dscp", w.DSCP_ROCE) << 2)
         self.dst = flow["src_addr"]
         self.sport = flow["sport"]
 
@@ -280,7 +284,8 @@ class Responder:
             self.acks += 1
             pkt = w.ack_packet(self.ctl, self.epsn - 1, self.sport, self.epsn // self.lay.ppm)
         self.since_ack = 0
-        self.ep.send_ctl(pkt, self.dst)
+        if not self.ep.send_ctl(pkt, self.dst):
+            self.ctl_lost += 1
 
     def on_data(self, buf, n: int, op: int, tos: int, now: float) -> None:
         if self.drop_prob and self.rng.random() < self.drop_prob:
@@ -288,8 +293,9 @@ class Responder:
             return
         if (tos & w.ECN_MASK) == w.CE:
             self.ce += 1
-            if self.np is not None and self.np.on_ce(now):
-                self.ep.send_ctl(w.cnp_packet(self.ctl, self.sport), self.dst)
+            if self.np is not None and self.np.on_ce(now) and not self.ep.send_ctl(
+                    w.cnp_packet(self.ctl, self.sport), self.dst):
+                self.ctl_lost += 1
         pad = (buf[1] >> 4) & 3
         ackreq = buf[8] & 0x80
         idx = w.unwrap((buf[9] << 16) | (buf[10] << 8) | buf[11], self.epsn)
@@ -415,7 +421,8 @@ class Responder:
                     packets=self.packets, first_rx=self.first_rx,
                     last_rx=self.complete_at or self.last_rx, complete=self.complete, dup=self.dup,
                     reordered=self.ooo, naks_sent=self.naks, acks_sent=self.acks, ce_marks=self.ce,
-                    cnps_sent=self.np.cnps if self.np else 0, injected_drops=self.dropped, checksum_ok=ok)
+                    cnps_sent=self.np.cnps if self.np else 0, injected_drops=self.dropped, checksum_ok=ok,
+                    ctl_lost=self.ctl_lost)
 
 
 # ---------------------------------------------------------------- requester (sender of a flow)
@@ -431,17 +438,19 @@ class Requester:
         self.npk = self.lay.npk
         self.dst = flow["dst_addr"]
         self.daddr = (self.dst, w.ROCE_PORT)
-        self.tmpl = w.DataTemplate(flow["src_addr"], flow["dst_addr"], rsp_qpn(self.fid))
+        dscp = flow.get("dscp", w.DSCP_ROCE)
+        self.tmpl = w.DataTemplate(flow["src_addr"], flow["dst_addr"], rsp_qpn(self.fid))   # TOS is masked from the ICRC
         self.selective = o.get("receiver", "gbn") == "ooo"
         n_ent = int(o.get("entropy_values") or 1) if o.get("entropy") == "packet" else 1
         self.n_ent = max(1, n_ent)
         self.sport = min(flow["sport"], 65535 - self.n_ent + 1)
         # one UDP socket per entropy value (the source port is the socket's); see rocewire.data_socket
         self.batch = max(1, min(int(o.get("batch") or 1), 32))
-        self.socks = [w.data_socket(flow["src_addr"], self.sport + k, sndbuf=job.get("sndbuf_each"),
-                                    gso=self.batch > 1 and self.n_ent == 1) for k in range(self.n_ent)]
+        self.socks = [w.data_socket(flow["src_addr"], self.sport + k, tos=(dscp << 2) | w.ECT0,
+                                    sndbuf=job.get("sndbuf_each"), gso=self.batch > 1 and self.n_ent == 1)
+                      for k in range(self.n_ent)]
         self.sock = self.socks[0]                    # the one to poll for writability (the last that blocked)
-        self.ce_cmsg = [(socket.IPPROTO_IP, IP_TOS, struct.pack("i", (w.DSCP_ROCE << 2) | w.CE))]
+        self.ce_cmsg = [(socket.IPPROTO_IP, IP_TOS, struct.pack("i", (dscp << 2) | w.CE))]
         self.rto = float(o.get("rto_s", 0.01))
         self.ce_prob = float(o.get("ce_prob") or 0.0)
         self.rng = random.Random(0xCE + self.fid)

@@ -1,0 +1,44 @@
+"""The result files' contract: file names and column names in order (defined in results/README.md).
+
+Other tools (sweeps, notebooks, CI checks) select columns by these names; new columns are added after them.
+"""
+from __future__ import annotations
+
+#: links.csv: these first, in this order; then LINK_KNOWN_EXTRA, then LINK_QOS_COLUMNS, then any other key seen.
+LINK_COLUMNS = ["time_s", "switch", "port", "peer", "bytes", "packets", "util"]
+LINK_KNOWN_EXTRA = ["direction", "role", "rate_bps", "interval_s"]
+#: links.csv congestion columns, kept in this order after LINK_KNOWN_EXTRA when present.
+LINK_QOS_COLUMNS = ["queue_bytes_max", "queue_bytes_mean", "ecn_marks", "drops", "discards", "pause_tx",
+                    "pause_rx", "paused_s"]
+#: flows.csv: these first, in this order; then any other key seen, in first-seen order.
+FLOW_COLUMNS = ["flow_id", "src", "dst", "sport", "dport", "proto", "bytes", "start_s", "end_s", "fct_s",
+                "goodput_mbps", "paths_used"]
+#: summary.csv: these first, in this order.
+SUMMARY_COLUMNS = ["run_id", "scenario", "load_balancing", "seed", "duration_s", "offered_mbps", "goodput_mbps",
+                   "mean_uplink_util", "max_uplink_util", "uplink_imbalance", "fct_p50_ms", "fct_p99_ms",
+                   "cpu_bound"]
+#: summary.csv: always present after SUMMARY_COLUMNS, in this order; extra scalar meta keys follow.
+SUMMARY_EXTRA_COLUMNS = ["flows", "flows_completed", "fct_mean_ms", "fct_max_ms", "lost_packets", "uplinks",
+                         "uplink_tx_bytes", "cpu_busy_mean", "cpu_busy_max",
+                         "jct_mean_ms", "jct_p99_ms", "retransmits", "ooo_packets", "cnps",
+                         "drops", "ecn_marks", "pause_frames", "paused_s_total", "queue_p99_bytes",
+                         "uplink_imbalance_max", "traffic_start_s", "traffic_end_s", "traffic_window_s",
+                         "discards", "ctl_lost", "cpu_worst_core", "cpu_worst_time_s", "cpu_saturated_share", "backlogged_samples",
+                         "starved_samples", "starved_share", "failed"]
+#: collectives.csv (runs with collective jobs): one row per job iteration.
+COLLECTIVE_COLUMNS = ["job", "iteration", "op", "bytes", "start_s", "end_s", "jct_ms"]
+
+META_KEYS = SUMMARY_COLUMNS[:6]
+
+MANIFEST = "manifest.json"
+LINKS_CSV = "links.csv"
+FLOWS_CSV = "flows.csv"
+SUMMARY_CSV = "summary.csv"
+COLLECTIVES_CSV = "collectives.csv"
+SWEEP_CSV = "sweep.csv"
+SWEEP_PNG = "sweep.png"
+#: plot name → file name.
+PLOT_FILES = {"uplink_util": "uplink_util.png", "uplink_bytes": "uplink_bytes.png", "fct_cdf": "fct_cdf.png"}
+RESULT_FILES = [MANIFEST, LINKS_CSV, FLOWS_CSV, SUMMARY_CSV, COLLECTIVES_CSV, *PLOT_FILES.values()]
+#: manifest key under which write_run stores the summary inputs, so `report` can recompute the same row.
+MANIFEST_INPUTS = "report_inputs"

@@ -1,0 +1,67 @@
+"""Rows → the pandas frames of links.csv, flows.csv and collectives.csv: contract columns first, in order;
+numeric columns numeric (missing = NaN); ``util`` of every link sample computed here from its own bytes and
+interval (results/README.md)."""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .columns import COLLECTIVE_COLUMNS, FLOW_COLUMNS, LINK_COLUMNS, LINK_KNOWN_EXTRA, LINK_QOS_COLUMNS
+
+_LINK_NUMERIC = ["time_s", "bytes", "packets", "util", "rate_bps", "interval_s"]
+_FLOW_NUMERIC = ["sport", "dport", "bytes", "start_s", "end_s", "fct_s", "goodput_mbps", "paths_used"]
+
+
+def ordered(df: pd.DataFrame, first: Sequence[str]) -> pd.DataFrame:
+    rest = [c for c in df.columns if c not in first]
+    return df[list(first) + rest]
+
+
+def _coerce(df: pd.DataFrame, numeric: Iterable[str]) -> pd.DataFrame:
+    for c in numeric:
+        if c in df.columns and not pd.api.types.is_numeric_dtype(df[c]):
+            df[c] = pd.to_numeric(df[c], errors="coerce")
+    return df
+
+
+def _with_columns(df: pd.DataFrame, cols: Sequence[str], what: str) -> pd.DataFrame:
+    missing = [c for c in cols if c not in df.columns]
+    if missing and len(df):
+        warnings.warn(f"{what}: missing column(s) {', '.join(missing)}; written as empty", stacklevel=3)
+    for c in missing:
+        df[c] = np.nan
+    return df
+
+
+def _compute_util(df: pd.DataFrame) -> pd.Series:
+    denom = df["interval_s"].astype(float) * df["rate_bps"].astype(float)
+    util = df["bytes"].astype(float) * 8.0 / denom
+    return util.where(denom > 0)
+
+
+def links_frame(links: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    """Link samples → the links.csv frame: contract columns first, `util` computed, extra keys kept."""
+    df = links.copy() if isinstance(links, pd.DataFrame) else pd.DataFrame(list(links))
+    df = _with_columns(df, [c for c in LINK_COLUMNS + LINK_KNOWN_EXTRA if c != "util"], "links")
+    df = _coerce(df, _LINK_NUMERIC)
+    df["util"] = _compute_util(df) if len(df) else pd.Series(dtype=float)
+    _coerce(df, [c for c in LINK_QOS_COLUMNS if c in df.columns])
+    return ordered(df, LINK_COLUMNS + LINK_KNOWN_EXTRA + [c for c in LINK_QOS_COLUMNS if c in df.columns])
+
+
+def flows_frame(flows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    """Flow records → the flows.csv frame: contract columns first, None → NaN, extra keys kept."""
+    df = flows.copy() if isinstance(flows, pd.DataFrame) else pd.DataFrame(list(flows))
+    df = _with_columns(df, FLOW_COLUMNS, "flows")
+    df = _coerce(df, _FLOW_NUMERIC)
+    return ordered(df, FLOW_COLUMNS)
+
+
+def collectives_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    df = pd.DataFrame(rows) if not isinstance(rows, pd.DataFrame) else rows.copy()
+    df = _with_columns(df, COLLECTIVE_COLUMNS, "collectives")
+    df = _coerce(df, ["iteration", "bytes", "start_s", "end_s", "jct_ms"])
+    return ordered(df, COLLECTIVE_COLUMNS)

@@ -1,0 +1,166 @@
+"""The traffic agents of one run: one ``python -m testbed.workloads.agent`` process per involved host, inside
+its namespace (the protocol is in agent.py).
+
+``AgentSet`` starts them, waits until each has started Python, hands each its job, collects the one JSON result
+each prints, and always kills and reaps every process it started — on success, on an agent's failure, on a
+helper's failure reported by ``check`` and on Ctrl-C. A failure is one line naming the host and its last
+stderr line.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable, Optional
+
+from ..fabric import netns
+
+READY_TIMEOUT_S = 30.0
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class WorkloadError(Exception):
+    """An agent failed; the message is one line."""
+
+
+class _Agent:
+    def __init__(self, host: str, ns: str, proc: subprocess.Popen):
+        self.host, self.ns, self.proc = host, ns, proc
+        self.out = bytearray()
+        self.err = bytearray()
+        self.ready = False
+
+    def last_err_line(self) -> str:
+        lines = [ln for ln in self.err.decode(errors="replace").splitlines() if ln.strip()]
+        return lines[-1].strip() if lines else "(no message)"
+
+    def fail(self, what: str) -> WorkloadError:
+        return WorkloadError(f"traffic agent on {self.host} (namespace {self.ns}) {what}: {self.last_err_line()}")
+
+
+class AgentSet:
+    """The agents of ``hosts``; use as a context manager (exit kills and reaps every one still running)."""
+
+    def __init__(self, hosts: list[str], ns_of: Callable[[str], str]):
+        self.hosts, self.ns_of = hosts, ns_of
+        self.agents: list[_Agent] = []
+        self.sel = selectors.DefaultSelector()
+        self.problems: list[str] = []          # agents that had to be killed or would not die
+
+    def __enter__(self) -> "AgentSet":
+        env = dict(os.environ)
+        env["PYTHONPATH"] = _ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        try:
+            for h in self.hosts:
+                self._spawn(h, env)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _spawn(self, host: str, env: dict) -> None:
+        ns = self.ns_of(host)
+        try:
+            p = netns.spawn(ns, [sys.executable, "-m", "testbed.workloads.agent"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env, FTB_PROC_NAME=ns),
+                            start_new_session=True)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise WorkloadError(f"cannot start the traffic agent on {host} (namespace {ns}): {e}") from None
+        a = _Agent(host, ns, p)
+        self.agents.append(a)
+        os.set_blocking(p.stdout.fileno(), False)
+        os.set_blocking(p.stderr.fileno(), False)
+        self.sel.register(p.stdout.fileno(), selectors.EVENT_READ, (a, "out"))
+        self.sel.register(p.stderr.fileno(), selectors.EVENT_READ, (a, "err"))
+
+    def pump(self, timeout: float) -> None:
+        """Read whatever the agents printed (waits at most ``timeout``)."""
+        for key, _ in self.sel.select(timeout):
+            agent, which = key.data
+            try:
+                chunk = os.read(key.fd, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                self.sel.unregister(key.fd)
+                continue
+            (agent.out if which == "out" else agent.err).extend(chunk)
+
+    def wait_ready(self, deadline: float, started: float) -> None:
+        """Until every agent has started Python and said so (the slow part, before t0 is chosen)."""
+        end = min(deadline, time.time() + READY_TIMEOUT_S)
+        while not all(a.ready for a in self.agents):
+            for a in self.agents:
+                if not a.ready and b"\n" in a.out:
+                    a.ready = True
+                elif not a.ready and a.proc.poll() is not None:
+                    self.pump(0.05)
+                    raise a.fail(f"exited before it was ready (exit {a.proc.returncode})")
+            if all(a.ready for a in self.agents):
+                return
+            if time.time() > end:
+                slow = next(a for a in self.agents if not a.ready)
+                raise WorkloadError(f"traffic agent on {slow.host} (namespace {slow.ns}) did not start "
+                                    f"within {end - started:.0f} s")
+            self.pump(0.05)
+
+    def hand_jobs(self, jobs: dict[str, dict]) -> None:
+        for a in self.agents:
+            try:
+                a.proc.stdin.write((json.dumps(jobs[a.host]) + "\n").encode())
+                a.proc.stdin.close()
+            except OSError:
+                self.pump(0.1)
+                raise a.fail("stopped before it took its job") from None
+
+    def collect(self, deadline: float, timeout_s: float,
+                check: Optional[Callable[[], None]] = None) -> dict[str, dict]:
+        """Every agent's result (host → the JSON it printed last). ``check`` is called a few times a second and
+        may raise to abort the run (a helper of the run died)."""
+        while self.sel.get_map():
+            if time.time() > deadline:
+                busy = [a.host for a in self.agents if a.proc.poll() is None]
+                raise WorkloadError(f"traffic agents still running after {timeout_s:g} s: {', '.join(busy)}")
+            self.pump(0.2)
+            if check is not None:
+                check()
+            for a in self.agents:
+                if a.proc.poll() not in (None, 0):
+                    self.pump(0.05)
+                    raise a.fail(f"failed (exit {a.proc.returncode})")
+        out = {}
+        for a in self.agents:
+            try:
+                rc = a.proc.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                raise WorkloadError(f"traffic agent on {a.host} did not exit") from None
+            if rc != 0:
+                raise a.fail(f"failed (exit {rc})")
+            lines = [ln for ln in a.out.decode(errors="replace").splitlines() if ln.strip()]
+            try:
+                out[a.host] = json.loads(lines[-1])
+                out[a.host]["recv"]
+            except (IndexError, ValueError, KeyError):
+                raise WorkloadError(f"traffic agent on {a.host} printed no result") from None
+        return out
+
+    def __exit__(self, *exc) -> None:
+        for a in self.agents:
+            if a.proc.poll() is None:
+                # its own session: this takes anything it started too; it may exit just before the signal
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(a.proc.pid, signal.SIGKILL)
+        for a in self.agents:
+            try:
+                a.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.problems.append(f"traffic agent on {a.host} (pid {a.proc.pid}) did not die after SIGKILL")
+            for pipe in (a.proc.stdin, a.proc.stdout, a.proc.stderr):
+                if pipe and not pipe.closed:
+                    pipe.close()
+        self.sel.close()

@@ -1,0 +1,100 @@
+"""Per-flow results: what the sending and the receiving agent measured, merged into one flows.csv row."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+from .flows import Flow
+
+
+@dataclass
+class FlowResult:
+    flow_id: int
+    src: str
+    dst: str
+    sport: int
+    dport: int
+    proto: str
+    bytes: int                       # L4 payload bytes received (UDP: unique datagrams, header included)
+    packets_sent: Optional[int]      # UDP only (None for TCP)
+    packets_received: Optional[int]  # UDP: unique datagrams; None for TCP
+    lost: Optional[int]              # UDP: sent − received unique; None for TCP (see retrans)
+    start_s: Optional[float]         # first byte handed to the kernel (TCP: connection established)
+    end_s: Optional[float]           # last byte received
+    fct_s: Optional[float]           # sized flow: end − start when complete, else None; duration flow: same
+    goodput_mbps: float              # bytes × 8 / (end − start)
+    rate_bps: Optional[int]
+    size_bytes: Optional[int]
+    rail: int = 0
+    engine: str = ""
+    complete: Optional[bool] = None  # sized flows: every byte arrived
+    reordered: Optional[int] = None  # UDP: datagrams that arrived after a higher sequence number
+    duplicates: Optional[int] = None
+    retrans: Optional[int] = None    # TCP: segments retransmitted by the sender (tcpi_total_retrans)
+    owd_mean_ms: Optional[float] = None   # UDP one-way delay (shared clock), mean and max
+    owd_max_ms: Optional[float] = None
+    bytes_sent: Optional[int] = None
+    error: Optional[str] = None
+    # RoCE engine (None for the others): NAKs the receiver sent, retransmit timeouts at the sender, CNPs the
+    # receiver sent, CE-marked packets it received, and whether the delivered bytes equal the sent ones
+    naks: Optional[int] = None
+    timeouts: Optional[int] = None
+    cnps: Optional[int] = None
+    ce_marks: Optional[int] = None
+    checksum_ok: Optional[bool] = None
+    ctl_lost: Optional[int] = None   # RoCE: ACK/NAK/CNP packets the receiver could not send (host queue full)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _rel(t: Optional[float], t0: float) -> Optional[float]:
+    return None if t is None else t - t0
+
+
+def flow_result(f: Flow, t0: float, tx: dict, rx: dict) -> FlowResult:
+    """One flow's result from its sender's and receiver's stats; times relative to ``t0`` (epoch seconds)."""
+    start = _rel(tx.get("send_start"), t0)
+    end = _rel(rx.get("last_rx"), t0)
+    received = rx.get("bytes", 0)
+    complete = rx.get("complete") if f.size_bytes is not None else None
+    if start is None or end is None:
+        fct = None
+    elif f.size_bytes is not None:
+        fct = end - start if complete else None
+    else:
+        fct = end - start
+    span = (end - start) if (start is not None and end is not None) else None
+    goodput = received * 8 / span / 1e6 if span and span > 0 else 0.0
+    udp = f.proto == "udp"
+    if f.proto == "rocev2":          # packets_sent counts retransmissions; nothing is "lost" under RC
+        sent = tx.get("packets_sent")
+        got = rx.get("packets")
+        return _roce_result(f, t0, tx, rx, start, end, received, complete, fct, goodput, sent, got)
+    sent = tx.get("packets_sent")
+    got = rx.get("packets")
+    lost = max(0, sent - got) if (udp and sent is not None and got is not None) else None
+
+    def ms(x):
+        return None if x is None else x * 1e3
+
+    return FlowResult(
+        flow_id=f.flow_id, src=f.src, dst=f.dst, sport=f.sport, dport=f.dport, proto=f.proto,
+        bytes=received, packets_sent=sent if udp else None, packets_received=got if udp else None, lost=lost,
+        start_s=start, end_s=end, fct_s=fct, goodput_mbps=goodput, rate_bps=f.rate_bps, size_bytes=f.size_bytes,
+        rail=f.rail, engine=f.engine, complete=complete, reordered=rx.get("reordered"),
+        duplicates=rx.get("dup"), retrans=tx.get("retrans"), owd_mean_ms=ms(rx.get("owd_mean_s")),
+        owd_max_ms=ms(rx.get("owd_max_s")), bytes_sent=tx.get("bytes_sent"),
+        error=tx.get("error") or rx.get("error"), naks=rx.get("naks_sent"), timeouts=tx.get("timeouts"),
+        cnps=rx.get("cnps_sent"), ce_marks=rx.get("ce_marks"), checksum_ok=rx.get("checksum_ok"))
+
+
+def _roce_result(f, t0, tx, rx, start, end, received, complete, fct, goodput, sent, got) -> "FlowResult":
+    return FlowResult(
+        flow_id=f.flow_id, src=f.src, dst=f.dst, sport=f.sport, dport=f.dport, proto=f.proto,
+        bytes=received, packets_sent=sent, packets_received=got, lost=None, start_s=start, end_s=end,
+        fct_s=fct, goodput_mbps=goodput, rate_bps=f.rate_bps, size_bytes=f.size_bytes, rail=f.rail,
+        engine=f.engine, complete=complete, reordered=rx.get("reordered"), duplicates=rx.get("dup"),
+        retrans=tx.get("retrans"), bytes_sent=tx.get("bytes_sent"), error=tx.get("error") or rx.get("error"),
+        naks=rx.get("naks_sent"), timeouts=tx.get("timeouts"), cnps=rx.get("cnps_sent"),
+        ce_marks=rx.get("ce_marks"), checksum_ok=rx.get("checksum_ok"), ctl_lost=rx.get("ctl_lost"))
