@@ -269,12 +269,28 @@ def clean():
 @click.argument("what", type=click.Choice(["build", "pps", "all"]), default="all")
 @click.option("--sizes", default="16,128,1024", help="Host counts for the build benchmark.")
 @click.option("--seconds", default=3.0, help="Traffic time per pps measurement.")
-def bench(what, sizes, seconds):
-    """Benchmarks with same-run baselines (see bench/)."""
+@click.option("--vs", type=click.Choice(["mininet"]), default=None,
+              help="Also build the same sizes with Debian's Mininet in this run (installed if absent) and print "
+                   "the ratios.")
+@click.option("--mininet-timeout", type=click.FloatRange(min=1), default=None,
+              help="Seconds per Mininet measurement (one variant at one size) before it counts as timed out "
+                   "[default: 600].")
+def bench(what, sizes, seconds, vs, mininet_timeout):
+    """Benchmarks with same-run baselines (see testbed/bench/README.md)."""
+    if vs and what == "pps":
+        raise UserError("--vs mininet compares the build benchmark: use `testbed bench build --vs mininet`")
+    if mininet_timeout is not None and not vs:
+        raise UserError("--mininet-timeout needs --vs mininet")
+    try:
+        host_counts = [int(x) for x in sizes.split(",")]
+    except ValueError:
+        raise UserError(f"--sizes {sizes!r}: give host counts separated by commas, e.g. 16,128,1024") from None
     _need_root("bench")
     from . import bench as b
+    for n in host_counts:
+        b.shape_for(n)                  # a bad size fails now, not after minutes of measuring the others
     if what in ("build", "all"):
-        b.print_build([int(x) for x in sizes.split(",")])
+        b.print_build(host_counts, vs=vs, mininet_timeout=mininet_timeout)
     if what in ("pps", "all"):
         b.print_pps(seconds)
 

@@ -1,25 +1,128 @@
-"""Smoke test of the benchmarks: they run, print numbers and leave no namespace behind (no timing asserts)."""
+"""Smoke test of the benchmarks: they run, print numbers and leave nothing behind (no timing asserts)."""
 import io
 import math
 import os
+import re
+import subprocess
+import sys
 
 import pytest
+from click.testing import CliRunner
 
 from testbed import bench
+from testbed.bench import mininet as mnb
+from testbed.cli import cli
 from testbed.fabric import netns
 
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, BPF)")]
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, BPF)")
 
 
 def test_shape_for():
     assert bench.shape_for(16) == (4, 4, 4)
     assert bench.shape_for(128) == (8, 16, 8)
     assert bench.shape_for(1024) == (8, 32, 32)
-    s, le, h = bench.shape_for(64)
+    _s, le, h = bench.shape_for(64)
     assert le * h == 64
 
 
+def test_mininet_names_fit_in_ifnamsiz():
+    spines, leaves, hosts = mnb.node_names("fmabc", *bench.shape_for(16))
+    assert spines == [f"fmabcs{i}" for i in range(4)] and leaves[-1] == "fmabcl3" and hosts[-1] == "fmabch15"
+    for n in (16, 128, 1024, 4096):
+        name = mnb.longest_ifname("fmzzz", *bench.shape_for(n))
+        assert len(name) <= 15 and mnb.prefix_re("fmzzz").fullmatch(name)
+        mnb.check_shape("fmzzz", *bench.shape_for(n))
+    with pytest.raises(ValueError, match="exceed 15 characters"):
+        mnb.check_shape("fmzzz", *bench.shape_for(16384))
+    pat = mnb.prefix_re("fmabc")
+    assert pat.fullmatch("fmabcl31-eth40") and pat.fullmatch("fmabcs0")
+    assert not pat.fullmatch("fmabcq0") and not pat.fullmatch("fmabch1x") and not pat.fullmatch("xfmabcs0")
+
+
+def test_mininet_ratio_formatting():
+    assert mnb.ratio(10.0, 2.0) == "5.00x"
+    assert mnb.ratio(25.0, 2.0) == "12.5x"
+    assert mnb.ratio(None, 2.0, lower_bound=300.0) == ">=150x"
+    assert mnb.ratio(None, 2.0) == "n/a" and mnb.ratio(1.0, 0.0) == "n/a"
+    done = mnb.MininetRun("plain", 16, "fmabc", up=1.0, down=2.0, ipv6_off=0.001)
+    line = mnb.format_run(done, 0.5, 0.01, 0.02)
+    assert "up    1.000 s" in line and "up 2.00x, down 200x (100x vs kernel done)" in line
+    assert "IPv6-off writes excluded" in line
+    slow = mnb.MininetRun("tclink", 1024, "fmabc", timeout=600, up_lower=599.5)
+    line = mnb.format_run(slow, 2.0, 0.5)
+    assert "up > 599.5 s (timed out)" in line and "up >=300x" in line and "lower bounds" in line
+    failed = mnb.MininetRun("plain", 16, "fmabc", error="Exception: boom")
+    assert mnb.format_run(failed, 0.5, 0.01) == "plain links  failed: Exception: boom"
+
+
+def test_bench_cli_arguments():
+    r = CliRunner().invoke(cli, ["bench", "pps", "--vs", "mininet"])
+    assert r.exit_code == 1 and "error: --vs mininet compares the build benchmark" in r.output
+    r = CliRunner().invoke(cli, ["bench", "build", "--vs", "ovs"])
+    assert r.exit_code == 2 and "Invalid value for '--vs'" in r.output
+    r = CliRunner().invoke(cli, ["bench", "build", "--mininet-timeout", "5"])
+    assert r.exit_code == 1 and "--mininet-timeout needs --vs mininet" in r.output
+    r = CliRunner().invoke(cli, ["bench", "build", "--sizes", "16,abc"])
+    assert r.exit_code == 1 and "--sizes '16,abc'" in r.output
+
+
+@pytest.mark.e2e
+@needs_root
+def test_mininet_sweep_touches_only_its_run():
+    """The clean-up kills shells and deletes interfaces named after its run, and nothing named differently."""
+    from pyroute2 import IPRoute
+    prefix = "fmzz9"
+    assert not mnb.shells(prefix) and not mnb._links(prefix), "prefix fmzz9 in use on this machine"
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    ours = subprocess.Popen(sleeper + [f"mininet:{prefix}h0"])
+    other = subprocess.Popen(sleeper + [f"mininet:{prefix}q0"])
+    try:
+        with IPRoute() as ipr:
+            ipr.link("add", ifname=f"{prefix}s0", kind="bridge")
+            ipr.link("add", ifname=f"{prefix}q0", kind="bridge")
+        assert mnb.shells(prefix) == [ours.pid]
+        assert mnb.sweep(prefix) == 2
+        assert ours.wait(5) == -9 and other.poll() is None
+        with IPRoute() as ipr:
+            names = {ln.get_attr("IFLA_IFNAME") for ln in ipr.get_links()}
+        assert f"{prefix}s0" not in names and f"{prefix}q0" in names
+    finally:
+        for p in (ours, other):
+            p.kill()
+            p.wait()
+        with IPRoute() as ipr:
+            for name in (f"{prefix}s0", f"{prefix}q0"):
+                idx = ipr.link_lookup(ifname=name)
+                if idx:
+                    ipr.link("del", index=idx[0])
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@needs_root
+@pytest.mark.skipif(bool(mnb.missing()), reason=f"Mininet baseline needs {', '.join(mnb.missing())} "
+                                                f"(bash scripts/test-setup.sh installs them)")
+def test_mininet_baseline_16_hosts():
+    """A real Mininet build + teardown of the 16-host shape, plain and TCLink, next to the testbed's."""
+    out = io.StringIO()
+    [r] = bench.print_build([16], floor=False, overlap=False, out=out, vs="mininet")
+    text = out.getvalue()
+    assert set(r.mininet) == {"plain", "tclink"}
+    for variant, m in r.mininet.items():
+        assert m.error is None and not m.timed_out, (variant, m)
+        assert m.up > 0 and m.down > 0 and m.version
+        assert m.frames == 0, f"{variant}: the looped bridges were not quiet"
+        assert m.leftovers == 0, f"{variant}: Mininet left {m.leftovers} shells/interfaces"
+        assert not mnb.shells(m.prefix) and not mnb._links(m.prefix)
+    assert "same run" in text
+    assert len(re.findall(r"Mininet / testbed: up \d+\.\d+x, down \d+(\.\d+)?x", text)) == 2, text
+    for label in mnb.LABELS.values():
+        assert label in text
+    assert bench.bench_namespaces() == []
+
+
+@pytest.mark.e2e
+@needs_root
 def test_build_bench_16_hosts():
     out = io.StringIO()
     try:
@@ -28,6 +131,7 @@ def test_build_bench_16_hosts():
         leftovers = bench.bench_namespaces()
     text = out.getvalue()
     assert "16 hosts" in text and "phase (s)" in text
+    assert "Mininet" not in text                 # nothing about Mininet without vs="mininet"
     assert r.namespaces == 24 and r.veths == 32
     for k in ("namespaces", "links", "config", "offloads", "attach", "teardown", "dp_compile"):
         assert r.phases[k] >= 0
@@ -36,6 +140,8 @@ def test_build_bench_16_hosts():
     assert leftovers == []
 
 
+@pytest.mark.e2e
+@needs_root
 def test_pps_bench_1s():
     out = io.StringIO()
     try:

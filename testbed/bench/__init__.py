@@ -11,8 +11,9 @@ absolute times on a shared 2-core VM move by tens of percent from one minute to 
     them later on its ``netns`` workqueue (``cleanup_net``); done is when a sentinel namespace deleted right after
     the fabric has lost its veth (see ``Sentinel``). Same-run baseline: the kernel floor (the
     same namespaces and veth pairs, set up, nothing else — no qdisc, address, route, offload, BPF).
-    Goals (the issue) and Mininet figures (measured earlier on this machine class: *reference*, not same-run)
-    are printed next to the figures.
+    Goals (the issue) are printed next to the figures. With ``vs="mininet"`` (``--vs mininet``), Debian's
+    Mininet builds and tears down the same shapes right after the testbed at each size, plain and with TCLink
+    shaping (``testbed/bench/mininet.py``), and the ratios Mininet ÷ testbed come from those same-run figures.
 
 ``print_pps(seconds)``
     Packets/s and CPU per packet through h0 → leaf0 → spine → leaf1 → h1 of a 2 spines × 2 leaves × 1 host
@@ -48,10 +49,6 @@ GOAL_UP_1024 = 3.0        # s, 1,024 hosts, shaping + eBPF
 GOAL_DOWN = 1.0           # s
 GOAL_UP_128 = 0.5         # s
 GOAL_PPS_RATIO = 1.10     # eBPF cost per packet ÷ kernel forwarding
-# Mininet on this machine class, 1,024 hosts on 8 spines × 32 leaves (reference, NOT measured in this run)
-MININET_UP_PLAIN = 20.0
-MININET_UP_TCLINK = 105.0
-MININET_DOWN = 36.0
 
 SHAPES = {16: (4, 4, 4), 128: (8, 16, 8), 1024: (8, 32, 32)}     # hosts → spines, leaves, hosts per leaf
 LAB_PREFIX = "bench"       # every lab this module makes starts with it (netns ftb-bench…)
@@ -169,6 +166,7 @@ class BuildResult:
     floor_down: float = 0.0
     floor_down_kernel: float | None = None
     up_overlapped: float | None = None   # datapath compiled in a thread while the fabric builds
+    mininet: dict = field(default_factory=dict)   # variant → mininet.MininetRun, measured in the same run
 
 
 def measure_floor(topo, lab: str) -> tuple[float, float, float | None]:
@@ -322,13 +320,31 @@ def _median_result(runs: list[BuildResult]) -> BuildResult:
 
 
 def print_build(sizes: list[int], repeat: int = 1, floor: bool = True, overlap: bool = True,
-                out=None) -> list[BuildResult]:
-    """Measure and print the build benchmark; returns the (median) result per size."""
+                out=None, vs: str | None = None, mininet_timeout: float | None = None) -> list[BuildResult]:
+    """Measure and print the build benchmark; returns the (median) result per size.
+
+    ``vs="mininet"``: install Debian's Mininet if absent (one line says why the baseline is skipped if that
+    fails) and measure it at each size right after the testbed, so every ratio printed comes from this run."""
     out = out or sys.stdout
     p = lambda *a: print(*a, file=out, flush=True)     # noqa: E731
+    if vs not in (None, "mininet"):
+        raise ValueError(f"unknown baseline {vs!r} (use --vs mininet)")
+    mn = None
+    if vs == "mininet":
+        from . import mininet as mn
+        timeout = mininet_timeout or mn.DEFAULT_TIMEOUT
+        for hosts in sizes:
+            mn.check_shape("fm000", *shape_for(hosts))
+        why = mn.ensure_installed(p)
+        if why:
+            p(f"Mininet baseline skipped: {why}; the testbed's own figures follow")
+            mn = None
     results = []
     p(f"== build + teardown: TBF on both ends of every link, eBPF on every switch port "
       f"({repeat} run{'s' if repeat > 1 else ''} per size{', median' if repeat > 1 else ''}) ==")
+    if mn:
+        p(f"   vs Mininet: Debian's mininet builds and tears down the same shape right after the testbed at each "
+          f"size (one run each, timeout {timeout:g} s); ratios = Mininet / testbed, both from this run")
     for hosts in sizes:
         runs = []
         for _ in range(repeat):
@@ -358,17 +374,35 @@ def print_build(sizes: list[int], repeat: int = 1, floor: bool = True, overlap: 
               f"({r.up:.2f} s = {r.up / GOAL_UP_1024:.2f}x the goal); down <= {GOAL_DOWN:.1f} s -> "
               f"{'met' if r.down <= GOAL_DOWN else 'NOT met'} ({r.down:.2f} s returned"
               + (f", {r.down_kernel:.2f} s until the kernel is done)" if r.down_kernel else ")"))
-            p(f"  REFERENCE (Mininet, earlier measurement on this machine class, not this run): "
-              f"up {MININET_UP_PLAIN:.0f} s unshaped / {MININET_UP_TCLINK:.0f} s TCLink, down {MININET_DOWN:.0f} s")
-            p(f"    vs reference: up {MININET_UP_TCLINK / r.up:.0f}x faster than Mininet+TCLink "
-              f"({MININET_UP_PLAIN / r.up:.1f}x faster than unshaped Mininet); down "
-              f"{MININET_DOWN / r.down:.0f}x faster (returned)"
-              + (f", {MININET_DOWN / r.down_kernel:.0f}x (kernel done)" if r.down_kernel else ""))
         elif hosts == 128:
             p(f"  goal: up <= {GOAL_UP_128:.1f} s -> {'met' if r.up <= GOAL_UP_128 else 'NOT met'} "
               f"({r.up:.3f} s; fabric+attach without compile {r.up_fabric:.3f} s); down <= {GOAL_DOWN:.1f} s -> "
               f"{'met' if r.down <= GOAL_DOWN else 'NOT met'}")
+        if mn:
+            _print_mininet(p, mn, r, timeout)
     return results
+
+
+def _print_mininet(p, mn, r: BuildResult, timeout: float) -> None:
+    """Mininet's two variants at this size, measured now, next to the testbed's figures just measured."""
+    for variant in mn.VARIANTS:
+        m = mn.measure(r.hosts, r.shape, variant, timeout)
+        _settle(f"{LAB_PREFIX}{r.hosts}m")
+        r.mininet[variant] = m
+        if variant == mn.VARIANTS[0]:
+            p(f"  Mininet {m.version or '(version not reported)'} same run (Linux bridges, STP off, no controller; up = Mininet()+build+"
+              f"start, down = stop() returned) vs the testbed's up {r.up:.3f} s / down {r.down:.3f} s "
+              f"(kernel done {_s(r.down_kernel).strip()} s) above:")
+        p("    " + mn.format_run(m, r.up, r.down, r.down_kernel))
+
+
+def _settle(lab: str) -> None:
+    """Wait until the kernel has destroyed the namespaces a baseline left queued, before the next measurement."""
+    sentinel = Sentinel(lab)
+    try:
+        sentinel.fire(time.perf_counter())
+    finally:
+        sentinel.close()
 
 
 # ------------------------------------------------------------------ packets/s benchmark
