@@ -266,18 +266,19 @@ def clean():
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["build", "pps", "all"]), default="all")
+@click.argument("what", type=click.Choice(["build", "pps", "roce", "all"]), default="all")
 @click.option("--sizes", default="16,128,1024", help="Host counts for the build benchmark.")
-@click.option("--seconds", default=3.0, help="Traffic time per pps measurement.")
+@click.option("--seconds", default=3.0, help="Traffic time per pps / RoCE send-rate measurement.")
+@click.option("--rounds", default=3, type=click.IntRange(min=1), help="Alternated rounds (pps, roce); medians.")
 @click.option("--vs", type=click.Choice(["mininet"]), default=None,
               help="Also build the same sizes with Debian's Mininet in this run (installed if absent) and print "
                    "the ratios.")
 @click.option("--mininet-timeout", type=click.FloatRange(min=1), default=None,
               help="Seconds per Mininet measurement (one variant at one size) before it counts as timed out "
                    "[default: 600].")
-def bench(what, sizes, seconds, vs, mininet_timeout):
+def bench(what, sizes, seconds, rounds, vs, mininet_timeout):
     """Benchmarks with same-run baselines (see testbed/bench/README.md)."""
-    if vs and what == "pps":
+    if vs and what in ("pps", "roce"):
         raise UserError("--vs mininet compares the build benchmark: use `testbed bench build --vs mininet`")
     if mininet_timeout is not None and not vs:
         raise UserError("--mininet-timeout needs --vs mininet")
@@ -292,7 +293,10 @@ def bench(what, sizes, seconds, vs, mininet_timeout):
     if what in ("build", "all"):
         b.print_build(host_counts, vs=vs, mininet_timeout=mininet_timeout)
     if what in ("pps", "all"):
-        b.print_pps(seconds)
+        b.print_pps(seconds, rounds)
+    if what in ("roce", "all"):
+        from .bench.roce_rate import print_roce_rate
+        print_roce_rate(seconds, rounds)
 
 
 @cli.group()

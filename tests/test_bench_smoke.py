@@ -155,3 +155,13 @@ def test_pps_bench_1s():
     assert "eBPF / kernel" in out.getvalue()
     assert leftovers == []
     assert not [n for n in netns.list_names() if n.startswith(f"{netns.PREFIX}{bench.LAB_PREFIX}")]
+
+
+def test_roce_rate_bench_short():
+    """`testbed bench roce`: the engine's send rate against a plain sendto loop in the same run."""
+    from testbed.bench.roce_rate import print_roce_rate
+    out = io.StringIO()
+    med = print_roce_rate(0.3, 1, out=out)
+    assert set(med) == {"batch 1", "batch 8", "entropy: packet (8 ports)"} and all(v > 0 for v in med.values())
+    assert "median ratio" in out.getvalue()
+    assert not [n for n in netns.list_names() if n.startswith(f"{netns.PREFIX}benchroce")]

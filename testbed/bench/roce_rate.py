@@ -11,7 +11,7 @@ What: the plain loop sends 1068-byte UDP payloads (an engine packet's UDP payloa
 is beyond the run): with ``batch 1`` (one sendmsg per packet), with the default batch (UDP GSO runs of
 same-size packets), and with ``entropy: packet`` over 8 source ports (consecutive packets leave from different
 sockets, so there are no runs to batch). The plain loop runs before and after the engine, so load drift shows. Usage:
-    PYTHONPATH=. python bench/roce_rate.py [seconds] [rounds] [--lo]
+    testbed bench roce [--seconds S] [--rounds N]     (or: python -m testbed.bench.roce_rate [seconds] [rounds] [--lo])
 """
 from __future__ import annotations
 
@@ -118,12 +118,12 @@ class Veth:
         netns.delete([self.a, self.b])
 
 
-def main() -> int:
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    lo = "--lo" in sys.argv
-    seconds = float(args[0]) if args else 2.0
-    rounds = int(args[1]) if len(args) > 1 else 1
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})       # one core for everything (threads inherit it)
+def print_roce_rate(seconds: float = 2.0, rounds: int = 1, lo: bool = False, out=None) -> dict[str, float]:
+    """Measure and print the send-rate ratios (engine ÷ plain sendto, same run); returns the median per variant."""
+    out = out or sys.stdout
+    p = lambda *a: print(*a, file=out, flush=True)     # noqa: E731
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(saved)})               # one core for everything (threads inherit it)
     ratios: dict[str, list[float]] = {"batch 1": [], f"batch {BATCH}": [], "entropy: packet (8 ports)": []}
     if lo:
         ctx, src, dst = None, "127.0.0.1", "127.0.0.1"
@@ -132,11 +132,12 @@ def main() -> int:
     else:
         ctx, src, dst = Veth().__enter__(), A_ADDR, B_ADDR
         here = (lambda fn, *a: netns.run_in(ctx.a, fn, *a))
-        sinks = tuple(netns.run_in(ctx.b, sink, dst, p) for p in (0, roce.w.ROCE_PORT))
+        sinks = tuple(netns.run_in(ctx.b, sink, dst, port) for port in (0, roce.w.ROCE_PORT))
     try:
         pdst = sinks[0].getsockname()
-        print(f"over {'loopback' if lo else 'a veth pair between two namespaces (gso_max_segs 1)'}, one core, "
-              f"{seconds:g} s per measurement")
+        p(f"== RoCE engine send rate vs a plain sendto loop, over "
+          f"{'loopback' if lo else 'a veth pair between two namespaces (gso_max_segs 1)'}, one core, "
+          f"{seconds:g} s per measurement ==")
         for _ in range(rounds):
             base = here(plain, seconds, src, pdst)
             e1 = here(engine, seconds, src, dst, 1)
@@ -146,19 +147,27 @@ def main() -> int:
             ref = (base + base2) / 2
             for (key, r), v in zip(ratios.items(), (e1, eb, ep)):
                 r.append(v / ref)
-            print(f"plain sendto: {base:,.0f} / {base2:,.0f} pkt/s; roce engine: batch 1 {e1:,.0f} pkt/s "
-                  f"(ratio {e1 / ref:.2f}), batch {BATCH} {eb:,.0f} pkt/s (ratio {eb / ref:.2f}), "
-                  f"entropy per packet {ep:,.0f} pkt/s (ratio {ep / ref:.2f}); goal ≥ {GOAL}")
+            p(f"plain sendto: {base:,.0f} / {base2:,.0f} pkt/s; roce engine: batch 1 {e1:,.0f} pkt/s "
+              f"(ratio {e1 / ref:.2f}), batch {BATCH} {eb:,.0f} pkt/s (ratio {eb / ref:.2f}), "
+              f"entropy per packet {ep:,.0f} pkt/s (ratio {ep / ref:.2f}); goal ≥ {GOAL}")
+        medians = {}
         for b, r in ratios.items():
             r.sort()
-            med = r[len(r) // 2]
-            print(f"median ratio, {b}: {med:.2f} over {rounds} round(s) — goal ≥ {GOAL} "
-                  f"{'met' if med >= GOAL else 'NOT met'}")
+            medians[b] = r[len(r) // 2]
+            p(f"median ratio, {b}: {medians[b]:.2f} over {rounds} round(s) — goal ≥ {GOAL} "
+              f"{'met' if medians[b] >= GOAL else 'NOT met'}")
+        return medians
     finally:
         for s in sinks:
             s.close()
         if ctx is not None:
             ctx.__exit__()
+        os.sched_setaffinity(0, saved)
+
+
+def main() -> int:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    print_roce_rate(float(args[0]) if args else 2.0, int(args[1]) if len(args) > 1 else 1, "--lo" in sys.argv)
     return 0
 
 
