@@ -134,12 +134,31 @@ def _degradations(sampler, lab: Lab, acct, traffic: Traffic) -> list[str]:
     return out
 
 
+def _manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic, failures, degradations, *,
+              drops, resyncs, timings, pcaps) -> dict:
+    from .control.pfc import summarize_reactions
+    pfc = lab.pfc_results or {}
+    qos = {"queue_model_error": sampler.model_error(),
+           "queue_model_resyncs": resyncs + pfc.get("drift_resyncs", 0),
+           "headroom_warnings": lab.warnings, "pfc_agent": summarize_reactions(pfc) if pfc else None,
+           "pfc_agent_errors": pfc.get("errors", [])}
+    return {
+        "run_id": run_id, "scenario": to_dict(scen), "source": source, "seed": scen.seed,
+        "versions": _versions(), "kernel": platform.release(), "capabilities": caps,
+        "start_time": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
+        "end_time": dt.datetime.fromtimestamp(ended, dt.timezone.utc).isoformat(),
+        "lab": lab.name, "build_timings_s": timings, "datapath_drops": drops, "pcap": pcaps,
+        "hostname": platform.node(), "cpus": os.cpu_count(), "qos": qos,
+        "failed": failures or None, "degradations": degradations, "telemetry": sampler.health(),
+        "unknown_packets": traffic.info.get("unknown_packets", {}),
+    }
+
+
 def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         log: Callable[[str], None] = lambda s: None) -> tuple[Path, dict]:
     """Run the scenario; return (result directory, summary row). Raises RunFailed (after writing what it has)
     when a helper or traffic agent failed."""
     from . import doctor
-    from .control.pfc import summarize_reactions
 
     run_id = new_run_id(scen)
     outdir = Path(out) if out else RESULTS_DIR / run_id
@@ -192,26 +211,14 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
     degradations = _degradations(sampler, lab, acct, traffic)
     for d in degradations:
         log(f"degraded: {d}")
-    pfc = lab.pfc_results or {}
-    qos = {"queue_model_error": sampler.model_error(),
-           "queue_model_resyncs": resyncs + pfc.get("drift_resyncs", 0),
-           "headroom_warnings": lab.warnings, "pfc_agent": summarize_reactions(pfc) if pfc else None,
-           "pfc_agent_errors": pfc.get("errors", [])}
-    manifest = {
-        "run_id": run_id, "scenario": to_dict(scen), "source": source, "seed": scen.seed,
-        "versions": _versions(), "kernel": platform.release(), "capabilities": caps,
-        "start_time": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
-        "end_time": dt.datetime.fromtimestamp(ended, dt.timezone.utc).isoformat(),
-        "lab": lab_name, "build_timings_s": timings, "datapath_drops": drops, "pcap": pcaps,
-        "hostname": platform.node(), "cpus": os.cpu_count(), "qos": qos,
-        "failed": failures or None, "degradations": degradations, "telemetry": sampler.health(),
-        "unknown_packets": traffic.info.get("unknown_packets", {}),
-    }
+    manifest = _manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic, failures, degradations,
+                         drops=drops, resyncs=resyncs, timings=timings, pcaps=pcaps)
     meta = {"run_id": run_id, "scenario": scen.name, "load_balancing": scen.switch.load_balancing,
             "seed": scen.seed, "duration_s": scen.duration / 1e9,
             "offered_mbps": workloads.offered_mbps(traffic.flows, scen.topology.host_link.rate,
                                                    scen.duration / 1e9),
-            "queue_model_error": qos["queue_model_error"]["mean"], "failed": failures[0] if failures else None}
+            "queue_model_error": manifest["qos"]["queue_model_error"]["mean"],
+            "failed": failures[0] if failures else None}
     row = report.write_run(outdir, manifest, sampler.rows, _flow_rows(topo, traffic, used), sampler.cpu.result(),
                            meta, collectives=traffic.collectives)
     if failures:

@@ -88,6 +88,13 @@ def test_report_regenerates_summary(tmp_path):
     ("switch: {load_balancing: magic}\n", "switch.load_balancing"),
     ("traffic: {pattern: pairs, pairs: [[h0, h99]]}\n", "traffic.pairs: no node 'h99'"),
     ("topology: [1, 2\n", "not valid YAML"),
+    ("switch: {pfc: {enabled: true}}\n", "switch.traffic_classes.lossless: PFC is enabled (leaf switches) but no "
+                                          "priority is lossless"),
+    ("switch: {tiers: {spine: {pfc: {enabled: true}, traffic_classes: {default: 2}}}}\n",
+     "switch.tiers.spine.traffic_classes.lossless: PFC is enabled (spine switches)"),
+    ("switch: {pfc: {enabled: true}, traffic_classes: {dscp: {26: 3}, lossless: [3]}}\n",
+     "traffic.dscp: PFC protects priorities [3] but the traffic (DSCP 0 → priority 0) is lossy, so PFC would never "
+     "pause anything; set traffic.dscp: 26"),
 ])
 def test_bad_scenarios_give_one_clear_line(tmp_path, text, expect):
     before = netns.list_names()

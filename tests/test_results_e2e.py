@@ -260,3 +260,36 @@ def test_the_default_scenario_is_not_cpu_bound(tmp_path):
     d, row = runner.run(scenario.load(ROOT / "scenarios" / "default.yaml"), tmp_path / "run")
     assert row["cpu_bound"] is False, {k: row[k] for k in ("cpu_busy_max", "cpu_saturated_share",
                                                          "starved_samples", "backlogged_samples")}
+
+
+def test_degradations_are_recorded_not_swallowed(tmp_path, monkeypatch):
+    """Two things that make a run less exact without stopping it: the PFC agent cannot get SCHED_FIFO (refused
+    here by the kernel call failing), and one switch's qdisc dump fails once. Both are in manifest
+    `degradations`; the failed dump loses no byte (the next reading covers both intervals)."""
+    from testbed.fabric import Fabric
+    real_setsched = os.sched_setscheduler
+
+    def refuse(pid, policy, param):
+        if policy == os.SCHED_FIFO:
+            raise PermissionError(1, "Operation not permitted")
+        return real_setsched(pid, policy, param)
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)     # the forked agent inherits the patched module
+    real_stats, calls = Fabric.qdisc_stats, {"n": 0}
+
+    def flaky(self, nodes=None, read_at=None):
+        if nodes == ["spine0"]:
+            calls["n"] += 1
+            if calls["n"] == 6:
+                raise OSError(105, "No buffer space available")
+        return real_stats(self, nodes, read_at)
+    monkeypatch.setattr(Fabric, "qdisc_stats", flaky)
+    d, row = _run(tmp_path, dict(INCAST_PFC, duration="1.5s"))
+    m = json.loads((d / "manifest.json").read_text())
+    assert any("SCHED_FIFO" in x for x in m["degradations"]), m["degradations"]
+    assert any("qdisc dump of spine0 failed" in x for x in m["degradations"]), m["degradations"]
+    assert m["telemetry"]["failed_qdisc_dumps"] == 1 and m["failed"] is None
+    links = _csv(d, "links.csv")
+    spine_tx = [r for r in links if r["switch"] == "spine0" and r["direction"] == "tx" and r["port"] == "leaf0"]
+    leaf_rx = [r for r in links if r["switch"] == "leaf0" and r["direction"] == "rx" and r["port"] == "spine0"]
+    sent, got = sum(int(_num(r["bytes"])) for r in spine_tx), sum(int(_num(r["bytes"])) for r in leaf_rx)
+    assert abs(sent - got) <= 3 * 1514, (sent, got)           # what spine0 sent leaf0 received: nothing lost

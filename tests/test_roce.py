@@ -105,17 +105,21 @@ def test_psn_unwrap_and_layout():
 class _CtlSink:
     """Stands in for the host Endpoint: keeps the (N)AKs a Responder sends."""
 
-    def __init__(self):
+    def __init__(self, full: bool = False):
         self.naks: list[int] = []
+        self.full = full                                # the host queue refuses every control packet
 
-    def send_ctl(self, pkt: bytes, dst: str) -> None:
+    def send_ctl(self, pkt: bytes, dst: str) -> bool:
+        if self.full:
+            return False
         a = IP(pkt)
         if a[AETH].syndrome >> 5 == 3:                  # NAK
             self.naks.append(a[BTH].psn)
+        return True
 
 
-def _ooo_responder(window=4, reorder_time_s=1e-3, rto_s=8e-3, npk=200):
-    ep = _CtlSink()
+def _ooo_responder(window=4, reorder_time_s=1e-3, rto_s=8e-3, npk=200, full=False):
+    ep = _CtlSink(full)
     flow = {"flow_id": 0, "size_bytes": npk * 1024, "src_addr": "10.0.0.1", "dst_addr": "10.0.1.2", "sport": 49152,
             "opts": {"receiver": "ooo", "mtu": 1024, "msg_bytes": npk * 1024, "reorder_window": window,
                      "reorder_time_s": reorder_time_s, "rto_s": rto_s, "cnp_interval_s": 1e-3}}
@@ -153,6 +157,15 @@ def test_ooo_naks_a_hole_only_after_window_and_time_and_learns_from_spurious_nak
         r.reorder_grown_at = -1.0
         r._spurious_nak(41, 1.0)
     assert r.reorder_s == pytest.approx(8e-3)
+
+
+def test_control_packets_the_host_cannot_send_are_counted_and_reported():
+    """ACKs/NAKs refused by a full host queue are lost; the flow counts them (flows.csv ctl_lost)."""
+    r, ep = _ooo_responder(full=True, npk=64)
+    for psn in range(64):
+        _deliver(r, psn, psn * 1e-5)
+    res = r.result()
+    assert r.acks > 0 and res["ctl_lost"] == r.acks + r.naks and res["complete"]
 
 
 # ---------------------------------------------------------------- DCQCN (pure)

@@ -534,11 +534,23 @@ class Requester:
             return self._pump(time.time())
 
     def _pump(self, now: float):
-        npk = self.npk
-        if npk is not None and self.una >= npk:
+        if self._over(now):
             return self._finish(now)
-        if npk is None and now >= self.deadline:
-            return self._finish(now)
+        self._check_rto(now)
+        rate = self._rate(now)
+        if rate:
+            if self.next_t > now:
+                return WAIT_TIME, self.next_t
+            if self.next_t < now - MAX_LAG_S:
+                self.next_t = now - MAX_LAG_S
+        return self._burst(now, rate)
+
+    def _over(self, now: float) -> bool:
+        """Every packet acknowledged (sized flow), or the duration is over."""
+        return self.una >= self.npk if self.npk is not None else now >= self.deadline
+
+    def _check_rto(self, now: float) -> None:
+        """No progress for an RTO: resend the oldest unacknowledged packet (ooo) or go back to it (gbn)."""
         if self.hi > self.una and now - self.last_progress > self.rto:
             self.timeouts += 1
             self.last_progress = now
@@ -546,17 +558,17 @@ class Requester:
                 self.retxq.append(self.una)
             else:
                 self.nxt = self.una
-        rp = self.rp
-        if rp is not None:
-            rp.advance(now)
-            rate = rp.rate
-        else:
-            rate = self.static_rate
-        if rate:
-            if self.next_t > now:
-                return WAIT_TIME, self.next_t
-            if self.next_t < now - MAX_LAG_S:
-                self.next_t = now - MAX_LAG_S
+
+    def _rate(self, now: float):
+        """The sending rate now: DCQCN's reaction point, or the flow's static pacing rate (None = line rate)."""
+        if self.rp is not None:
+            self.rp.advance(now)
+            return self.rp.rate
+        return self.static_rate
+
+    def _burst(self, now: float, rate):
+        """Up to BURST packets: retransmissions first, then new ones, in GSO runs; returns the pump status."""
+        rp, npk = self.rp, self.npk
         # The hot path (bench/roce_rate.py). Per packet: one struct.pack of BTH[+RETH], two or three crc32 calls
         # continuing from the cached IP/UDP prefix state, ICRC pack. Runs of same-size packets to one socket go
         # out as one UDP GSO sendmsg of up to ``batch`` packets (the kernel segments them; IP ids 0, 1, … —
