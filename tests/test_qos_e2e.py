@@ -14,7 +14,7 @@ import time
 import pytest
 
 from testbed.fabric.netlink import dump_root_qdisc_stats
-from testbed import runner, telemetry, workloads
+from testbed import runner, scenario, telemetry, workloads
 from testbed.fabric import netns
 from testbed.fabric.capture import Captures
 from testbed.control.pfc import summarize_reactions
@@ -299,7 +299,7 @@ def _stall_shaper(lb, port, seconds: float, prio: int | None = None) -> None:
         s.close()
 
 
-def queue_model_run(qlab, stall_s: float = 0.0, resync: bool = True):
+def queue_model_run(qlab, stall_s: float = 0.0, resync: bool = True, classes: bool = False):
     """Two senders into one 40 Mbit/s port with a 150 KB buffer (a standing queue), with the telemetry sampler
     running as in `testbed run` (100 ms); ``resync``: whether it resets a drifted model to the real backlog.
     Every 20 ms the model's depth is compared with the qdisc's real backlog (netlink), read back to back. With
@@ -308,19 +308,22 @@ def queue_model_run(qlab, stall_s: float = 0.0, resync: bool = True):
     before each of its resyncs (the model the datapath acted on at the end of an interval, links.csv
     ``queue_model_bytes`` vs ``backlog_bytes``); the busiest core's mean lab load; the number of resyncs."""
     scen = ecn_scenario(buffer="150KB")
+    if classes:                         # HTB with a class per priority on every port; no PFC, so no agent
+        scen = scen.model_copy(update={"switch": scen.switch.model_copy(update={
+            "traffic_classes": scenario.TrafficClassSpec(dscp={26: 3}, default=0)})})
     lb = qlab(scen)
     port = lb.topo.port_named("leaf1", "h2")
     sock = netns.netlink_socket(lb.fabric.ns["leaf1"])
     samples = []
     stop = threading.Event()
     t0 = time.monotonic()
-    sampler = telemetry.LinkSampler(lb.topo, lb.datapath, 0.1, lb.fabric, resync=resync)
+    sampler = telemetry.LinkSampler(lb.topo, lb.datapath, 0.1, lb.fabric, resync=resync, resync_classes=classes)
 
     def sample():
         stalled = not stall_s
         while not stop.is_set():
             if not stalled and time.monotonic() - t0 >= 1.0:
-                _stall_shaper(lb, port, stall_s)
+                _stall_shaper(lb, port, stall_s, 0 if classes else None)
                 stalled = True
             got = _bracketed(lambda: dump_root_qdisc_stats(sock)[port.ifindex][4],
                              lambda: lb.datapath.queue_depth(port.ifindex))
@@ -376,13 +379,15 @@ def test_queue_model_error_between_resyncs(qlab):
     assert statistics.median(abs(x) for x in before_reset) <= 0.05
 
 
-@pytest.mark.parametrize("resync", [False, True])
-def test_queue_model_resyncs_after_the_shaper_falls_behind(qlab, resync):
+@pytest.mark.parametrize("classes", [False, True], ids=["single-queue", "classes"])
+@pytest.mark.parametrize("resync", [False, True], ids=["resync-off", "resync-on"])
+def test_queue_model_resyncs_after_the_shaper_falls_behind(qlab, resync, classes):
     """The real shaper stops for 40 ms on a standing queue: the real queue takes the bytes the model thinks
     left (up to the qdisc's limit, buffer + 64 KB) and, the port being overloaded, keeps them for the rest of
     the run — without resync the model stays > 10 % low from then on; with it, the sampler resets the model at
-    its next tick and from 300 ms after the stall the median error is ≤ 5 % again."""
-    timed, _, busy, resyncs = queue_model_run(qlab, stall_s=0.04, resync=resync)
+    its next tick and from 300 ms after the stall the median error is ≤ 5 % again. The same on a port with a
+    class per priority and no PFC agent (the sampler resynchronises each running class)."""
+    timed, _, busy, resyncs = queue_model_run(qlab, stall_s=0.04, resync=resync, classes=classes)
     before = [abs(e) for t, e in timed if 0.3 <= t < 1.0]
     after = [abs(e) for t, e in timed if t >= 1.3]
     print(f"\n[queue model, 40 ms shaper stall at 1 s, resync {'on' if resync else 'off'}] median |error| before "

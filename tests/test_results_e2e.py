@@ -276,12 +276,12 @@ def test_degradations_are_recorded_not_swallowed(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "sched_setscheduler", refuse)     # the forked agent inherits the patched module
     real_stats, calls = Fabric.qdisc_stats, {"n": 0}
 
-    def flaky(self, nodes=None, read_at=None):
+    def flaky(self, nodes=None, read_at=None, leaves=None):
         if nodes == ["spine0"]:
             calls["n"] += 1
             if calls["n"] == 6:
                 raise OSError(105, "No buffer space available")
-        return real_stats(self, nodes, read_at)
+        return real_stats(self, nodes, read_at, leaves)
     monkeypatch.setattr(Fabric, "qdisc_stats", flaky)
     d, row = _run(tmp_path, dict(INCAST_PFC, duration="1.5s"))
     m = json.loads((d / "manifest.json").read_text())

@@ -230,8 +230,8 @@ class Datapath:
             tc = q.traffic_classes
             for d in range(64):
                 v.dscp_prio[d] = tc.dscp.get(d, tc.default)
-            v.lossless = sum(1 << p for p in tc.lossless)
             v.pfc = 1 if (q.pfc.enabled and tc.lossless) else 0
+            v.lossless = sum(1 << p for p in tc.lossless) if v.pfc else 0    # without PFC nothing is lossless
             v.xoff = q.pfc.xoff
             for prio, e in q.ecn.items():
                 v.ecn_on |= 1 << prio
@@ -329,37 +329,45 @@ class Datapath:
         self._need()
         return queue_model.control(self._ctl.fd, op, key, a, b, c)
 
-    def sync_queue_models(self, ifindexes, read_backlogs, resync: bool = True) -> tuple[dict, dict[int, int]]:
-        """Read the real backlogs (``read_backlogs()``: a root-qdisc dump, ifindex → (bytes, packets, drops,
-        qlen, backlog)) between two reads of the models of ``ifindexes``; return the dump and each port's model
-        depth at that instant, and — on single-queue ports (no traffic classes) — reset a model that is more than
-        a frame off to the real backlog.
+    def sync_queue_models(self, ifindexes, read_backlogs, resync: bool = True,
+                          classes: bool = False) -> tuple[dict, dict[int, int]]:
+        """Read the real backlogs (``read_backlogs(leaves)``: a root-qdisc dump, ifindex → (bytes, packets, drops,
+        qlen, backlog), filling ``leaves`` with the backlog of each priority's qdisc) between two reads of the
+        models of ``ifindexes``; return the dump and each port's model depth at that instant, and reset a model
+        that is more than a frame off to the real backlog: the single queue of a port without traffic classes,
+        and — with ``classes`` (a lab without a PFC agent, which would do it) — each running priority's queue.
 
         Why: the model drains at the nominal rate, but the real shaper can fall a few ms behind (a late timer or
         softirq, even on a quiet machine). On a queue that never empties that lag never comes back: the real
         queue stayed 10–20 KB (10–30 %) above the model for the rest of the run, so the switch's tail drop and
-        ECN acted on the wrong depth. Ports with traffic classes are resynchronised by the PFC agent at each
-        pause and resume instead (their qdisc root holds the sum of their classes)."""
+        ECN acted on the wrong depth. With PFC, the agent resynchronises the classes at each pause and resume and
+        in its sweep."""
         self._need()
-        vq, pq = self._bpf[b"vq"], self._bpf[b"port_qos"]
+        vq, pq, pa = self._bpf[b"vq"], self._bpf[b"port_qos"], self._bpf[b"egress_paused"]
         single = not self.switch_spec.classes_on
-        keys = {i: vq.Key(i * N_PRIO) for i in ifindexes}
-        before = {i: vq[k].finish for i, k in keys.items()} if single else {}
-        dump = read_backlogs()
+        prios = [0] if single else (self.priorities() if classes else [])
+        keys = {(i, prio): vq.Key(i * N_PRIO + prio) for i in ifindexes for prio in prios}
+        before = {q: vq[k].finish for q, k in keys.items()}
+        leaves: dict = {}
+        dump = read_backlogs(leaves)
         now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        depths: dict[int, int] = {}
-        for i, k in keys.items():
-            if i not in dump:
+        depths = {i: self.queue_depth(i) for i in ifindexes if i in dump and not single}
+        for (i, prio), k in keys.items():
+            c = self.ports.get(i)
+            if i not in dump or c is None:
                 continue
-            if not single:
-                depths[i] = self.queue_depth(i)
+            backlog = dump[i][4] if single else leaves.get((i, c.class_id(prio)))
+            if backlog is None or pa[pa.Key(i * N_PRIO + prio)].value:     # no such class, or paused
                 continue
             ps = pq[pq.Key(i)].ps_per_byte
             if not ps:
                 continue
-            depths[i], fix = drift_resync(now, dump[i][4], ps, vq[k].finish, self.topo.spec.mtu)
+            depth, fix = drift_resync(now, backlog, ps, vq[k].finish, self.topo.spec.mtu)
+            if single:
+                depths[i] = depth
             if fix and resync:
-                self.control(queue_model.CTL_VQ_RESYNC, i * N_PRIO, now, dump[i][4] * ps // 1000, before[i])
+                self.control(queue_model.CTL_VQ_RESYNC, i * N_PRIO + prio, now, backlog * ps // 1000,
+                             before[(i, prio)])
                 self.resyncs += 1
         return dump, depths
 

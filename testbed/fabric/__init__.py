@@ -234,12 +234,14 @@ class Fabric:
             netns.write_sysctl(self.ns[sw], "net.ipv4.fib_multipath_hash_policy", 1)
         self.timings["kernel_forwarding"] = time.perf_counter() - t
 
-    def qdisc_stats(self, nodes: list[str] | None = None, read_at: list | None = None) -> dict[int, tuple]:
+    def qdisc_stats(self, nodes: list[str] | None = None, read_at: list | None = None,
+                    leaves: dict | None = None) -> dict[int, tuple]:
         """Root qdisc counters of every port of ``nodes`` (default: switches): what really left each port.
-        ``read_at`` gets the instant of each node's reading appended (netlink.dump_root_qdisc_stats)."""
+        ``read_at`` gets the instant of each node's reading appended, ``leaves`` the backlog of every priority's
+        qdisc (netlink.dump_root_qdisc_stats)."""
         out: dict[int, tuple] = {}
         for node in nodes if nodes is not None else self.topo.switches:
-            out.update(dump_root_qdisc_stats(self._socks[node], read_at))
+            out.update(dump_root_qdisc_stats(self._socks[node], read_at, leaves))
         return out
 
     # ------------------------------------------------------------------ teardown

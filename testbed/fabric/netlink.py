@@ -45,7 +45,8 @@ class NetlinkError(Exception):
 QdiscStats = tuple  # (bytes, packets, drops, qlen, backlog) of a port's root qdisc
 
 
-def dump_root_qdisc_stats(sock: socket.socket, read_at: list | None = None) -> dict[int, QdiscStats]:
+def dump_root_qdisc_stats(sock: socket.socket, read_at: list | None = None,
+                          leaves: dict | None = None) -> dict[int, QdiscStats]:
     """One RTM_GETQDISC dump: ifindex → (bytes, packets, drops, qlen, backlog) of each root qdisc.
 
     Parsed by hand (tcmsg header + the legacy TCA_STATS struct the kernel still sends): telemetry calls this
@@ -53,7 +54,8 @@ def dump_root_qdisc_stats(sock: socket.socket, read_at: list | None = None) -> d
     ``read_at``: gets the instant the counters were read appended (time.time()). The kernel fills the first
     part of a dump while the request is being sent, so that is the middle of ``send`` — not when ``recv``
     returns, which a descheduled thread may reach milliseconds later (that made a saturated port's sample read
-    1.5 % above its rate)."""
+    1.5 % above its rate). ``leaves``: gets (ifindex, parent classid) → backlog of every non-root qdisc (the
+    TBF under each HTB class: one priority's real queue)."""
     t0 = time.time()
     sock.send(struct.pack("IHHII", 36, RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + bytes(20))
     if read_at is not None:
@@ -71,13 +73,16 @@ def dump_root_qdisc_stats(sock: socket.socket, read_at: list | None = None) -> d
                 raise NetlinkError(f"qdisc dump: {os.strerror(-code)}")
             if mtype == RTM_NEWQDISC:
                 ifindex, _handle, parent = struct.unpack_from("iII", data, off + 20)
-                if parent == TC_H_ROOT:
+                if parent == TC_H_ROOT or leaves is not None:
                     a = off + 36
                     while a + 4 <= off + length:
                         alen, atype = struct.unpack_from("HH", data, a)
                         if atype == 3 and alen >= 4 + 36:            # TCA_STATS: struct tc_stats
                             b, pk, dr, _ov, _bps, _pps, ql, bl = struct.unpack_from("QIIIIIII", data, a + 4)
-                            out[ifindex] = (b, pk, dr, ql, bl)
+                            if parent == TC_H_ROOT:
+                                out[ifindex] = (b, pk, dr, ql, bl)
+                            else:
+                                leaves[(ifindex, parent)] = bl
                         a += (alen + 3) & ~3
             off += (length + 3) & ~3
 

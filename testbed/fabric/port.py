@@ -56,7 +56,8 @@ class PortConfig:
     buffer_bytes: int                 # one queue's buffer: lossy packets beyond it are tail-dropped
     classes: tuple[int, ...]          # priorities with an HTB class; () = a single TBF root
     default_prio: int                 # HTB's default class (traffic the switch program did not classify)
-    lossless: tuple[int, ...]         # lossless priorities of this port's switch (never tail-dropped at the buffer)
+    lossless: tuple[int, ...]         # priorities PFC protects at this port's switch (never tail-dropped at the
+                                      # buffer); () when its tier has PFC off: `lossless` without PFC is lossy
 
     # -- identity, delegated to the topology's port
     @property
@@ -151,8 +152,9 @@ def port_configs(topo: Topology, switch_spec, hosts_pfc: bool = False) -> dict[i
             else:
                 buffer = q.buffer if q.buffer is not None else p.buffer_bytes
                 classes = switch_prios if classes_on else ()
+            lossless = tuple(tc.lossless) if q.pfc.enabled else ()      # PFC is what makes a priority lossless
             out[p.ifindex] = PortConfig(port=p, mtu=topo.spec.mtu, buffer_bytes=buffer, classes=classes,
-                                        default_prio=tc.default, lossless=tuple(tc.lossless))
+                                        default_prio=tc.default, lossless=lossless)
     return out
 
 

@@ -33,9 +33,10 @@ class LinkSampler:
     counters and real backlog next to the queue model's depth; without it, what the switch program forwarded."""
 
     def __init__(self, topo: Topology, datapath, interval_s: float, fabric=None, origin: float | None = None,
-                 cpu: CpuGuard | None = None, resync: bool = True):
+                 cpu: CpuGuard | None = None, resync: bool = True, resync_classes: bool = False):
         self.topo, self.dp, self.interval, self.fabric = topo, datapath, interval_s, fabric
         self.resync = resync                                 # reset drifted queue models (off: to measure drift)
+        self.resync_classes = resync_classes                 # … per priority too (no PFC agent in the lab)
         self.origin = origin if origin is not None else time.time()
         self.cpu = cpu if cpu is not None else CpuGuard(origin=self.origin)
         self.rows: list[dict] = []
@@ -102,13 +103,13 @@ class LinkSampler:
         for sw in self.topo.switches:
             read_at: list[float] = []
 
-            def read(sw=sw, read_at=read_at):
-                return self.fabric.qdisc_stats([sw], read_at)
+            def read(leaves=None, sw=sw, read_at=read_at):
+                return self.fabric.qdisc_stats([sw], read_at, leaves)
             t0 = time.time()
             try:
                 if model is not None:
                     got, depths = self.dp.sync_queue_models([p.ifindex for p in self.topo.ports[sw]], read,
-                                                            self.resync)
+                                                            self.resync, self.resync_classes)
                     model.update(depths)
                 else:
                     got = read()
