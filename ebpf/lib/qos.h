@@ -1,6 +1,6 @@
 /* Congestion and flow control at a switch's egress port: queue model, tail drop, ECN marking, PFC Xoff.
  *
- * The clsact hooks run before the qdisc enqueues and BCC cannot read the qdisc's backlog (DESIGN §3), so each
+ * The clsact hooks run before the qdisc enqueues and BCC cannot read the qdisc's backlog (docs/architecture.md, 3.4), so each
  * (egress port, priority) queue is a virtual queue: `vq` holds the time at which it would be empty if it drained
  * at the port rate (and the bytes ever enqueued); an arriving packet sees depth = (finish − now) × rate and
  * pushes the finish time by its serialisation time. Packets of one queue arrive on several CPUs at once, so

@@ -1,6 +1,6 @@
 """The PFC agent: turns Xoff/Xon of the switch program into real 802.1Qbb frames and paused serialisers.
 
-The kernel cannot hold packets inside BPF, so a pause stops the upstream port's serialiser (DESIGN §4): every
+The kernel cannot hold packets inside BPF, so a pause stops the upstream port's serialiser (docs/architecture.md, 2.7): every
 port has HTB with one class per priority and a TBF leaf under each; pausing a priority changes that TBF to a
 tiny rate, resuming changes it back and sends one small "kick" frame so HTB dequeues at once.
 
@@ -37,7 +37,7 @@ ETH_P_MACCTL = 0x8808
 ETH_P_KICK = 0x88B5
 SOL_PACKET = 263
 PACKET_QDISC_BYPASS = 20
-PAUSE_RATE_BPS = 8000          # ≥ 4 kbit/s (DESIGN §4): lower rates make the kernel cap the bucket below a frame
+PAUSE_RATE_BPS = 8000          # ≥ 4 kbit/s (docs/architecture.md, 3.7): lower rates make the kernel cap the bucket below a frame
 EVT_XOFF, EVT_PFC_RX = 1, 2
 XON_POLL_S = 0.0002
 SWEEP_S = 0.02              # drift resync of the running queues: a sweep every 20 ms …

@@ -3,7 +3,7 @@
 BCC compiles C at run time against the running kernel's headers, found at /lib/modules/$(uname -r)/build. The
 development kernel here has no such tree, and tc programs need none of the kernel-internal headers anyway: only
 the uapi ones (struct __sk_buff, ethhdr, iphdr, TC_ACT_*), which Debian ships in linux-libc-dev. So ``ensure()``
-builds a small stub "kernel tree" that BCC accepts (see DESIGN §3):
+builds a small stub "kernel tree" that BCC accepts (docs/architecture.md, 3.2):
 
 - include/uapi/{linux,asm-generic} and arch/<arch>/include/uapi/asm link to linux-libc-dev's /usr/include;
 - include/linux/kconfig.h (force-included by BCC) pulls in an autoconf.h generated from /proc/config.gz and

@@ -3,7 +3,7 @@
 A namespace is made by a worker thread that unshares its own network namespace and bind-mounts
 ``/proc/thread-self/ns/net`` on ``/run/netns/<name>``; the main thread never changes namespace. Threads only
 help here (namespace creation is not serialised on the rtnl lock). Mount-point files are hard links of one
-anchor inode: on ext4, many create/delete cycles of distinct files made mounting slow (DESIGN.md §3).
+anchor inode: on ext4, many create/delete cycles of distinct files made mounting slow (docs/architecture.md, 3.8).
 
 Every namespace this tool makes starts with ``PREFIX``; that is how ``testbed clean`` finds leftovers and why it
 never touches anything else.

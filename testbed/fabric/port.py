@@ -8,7 +8,7 @@ enforces cannot disagree.
 A port's serialiser is either one TBF root at the link rate (one queue), or — when the scenario uses traffic
 classes or PFC — HTB at the link rate with one class per priority (classid 1:(0x10 + prio), selected by
 ``skb->priority``) and a TBF leaf under each, which the PFC agent pauses by changing that TBF's rate
-(docs/architecture.md, "PFC").
+(docs/architecture.md, 2.7 PFC).
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def netem_limit(rate_bps: int, buffer_bytes: int, delay_ns: int, mtu: int) -> in
 def min_headroom(rate_bps: int, mtu: int, reaction_s: float = 1.5e-3) -> int:
     """Bytes that can still arrive on an ingress after Xoff: two frames in flight + the ~15 KB bursts HTB/TBF
     release + rate × the reaction time of the emulated pause (≈1.5 ms budget; measured ≥ 40 KB needed at
-    100 Mbit/s and ≥ 200 KB at 1 Gbit/s, docs/architecture.md)."""
+    100 Mbit/s and ≥ 200 KB at 1 Gbit/s, docs/architecture.md, 2.7 PFC headroom)."""
     return int(2 * (mtu + ETH_HLEN) + 15 * 1024 + rate_bps / 8 * reaction_s)
 
 
