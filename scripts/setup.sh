@@ -5,30 +5,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$SECONDS
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
-fi
-
 # ---- system packages (Debian's python3-bpfcc provides the `bcc` module; it is not on PyPI)
-arch=$(dpkg --print-architecture 2>/dev/null || echo amd64)
-PKGS=(python3-bpfcc bpfcc-tools python3-venv python3-pip linux-libc-dev iputils-ping
-      tshark tcpdump ethtool iproute2)
-missing=()
-for p in "${PKGS[@]}"; do
-    st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
-    if [ "$st" != "install ok installed" ]; then
-        missing+=("$p")
-    fi
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "setup: installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
-    $SUDO apt-get update -qq
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}" </dev/null
-fi
+. scripts/lib.sh
+ensure_packages python3-bpfcc bpfcc-tools python3-venv python3-pip linux-libc-dev iputils-ping \
+    tshark tcpdump ethtool iproute2
 
 # ---- the venv: Debian's python with system site packages, so `import bcc` works inside it
 PY=/usr/bin/python3

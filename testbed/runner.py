@@ -183,12 +183,12 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
             if scen.traffic.engine == "tcp" and scen.traffic.ecn != "none":
                 for h in topo.hosts:
                     netns.write_sysctl(lab.fabric.ns[h], "net.ipv4.tcp_ecn", 1)
-            origin = time.time()
+            captures = Captures(lab.fabric, list(scen.capture), outdir, mac_control=lab.pfc_on)
+            captures.start()
+            origin = time.time()                    # the run's time zero: the sampler's first reading
             sampler = telemetry.LinkSampler(topo, lab.datapath, scen.telemetry.interval / 1e9, lab.fabric,
                                             origin=origin, cpu=telemetry.CpuGuard(acct, origin),
                                             resync_classes=not lab.pfc_on)
-            captures = Captures(lab.fabric, list(scen.capture), outdir, mac_control=lab.pfc_on)
-            captures.start()
             sampler.start()
 
             def check() -> None:

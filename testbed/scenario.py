@@ -206,7 +206,7 @@ class RxeSpec(Strict):
 
 
 class DcqcnSpec(Strict):
-    """DCQCN parameters; None = the paper's value scaled to the host link rate (testbed/workloads/dcqcn.py)."""
+    """DCQCN parameters; None = the paper's value scaled to the host link rate (testbed/workloads/roce/dcqcn.py)."""
     g: Optional[float] = Field(None, gt=0, le=1)
     cnp_interval: Optional[Time] = None
     rate_timer: Optional[Time] = None

@@ -107,7 +107,7 @@ sleep 30
 def image_key() -> str:
     """Hash of what the image is made from: the provisioning script and its inputs, plus this recipe."""
     h = hashlib.sha256()
-    for rel in ("vagrant/provision.sh", "scripts/setup.sh", "pyproject.toml"):
+    for rel in ("vagrant/provision.sh", "scripts/setup.sh", "scripts/lib.sh", "pyproject.toml"):
         p = ROOT / rel
         h.update(rel.encode() + b"\0" + (p.read_bytes() if p.exists() else b"") + b"\0")
     h.update(json.dumps([RECIPE_VERSION, SUITE, BASE_PACKAGES, INIT]).encode())

@@ -45,8 +45,8 @@ LINK10 = {"rate": "10mbit", "buffer": "256KB"}
 
 def test_one_way_spray_is_even_and_uses_the_traffic_window(tmp_path):
     """One UDP flow h0 → h2, 36 Mbit/s, sprayed round robin over leaf0's 4 uplinks of 10 Mbit/s, from 0.6 s to
-    2.6 s after the traffic's t0. Only leaf0 sources traffic: imbalance 1.0 (the pooled definition read 2.0 because leaf1's
-    idle uplinks counted). Each uplink carries 9 Mbit/s of IP bytes + 14/1486 Ethernet: utilisation 0.908 over
+    2.6 s after the traffic's t0. Only leaf0 sources traffic: imbalance 1.0 (the pooled definition read 2.0
+    because leaf1's idle uplinks counted). Each uplink carries 9 Mbit/s of IP bytes + 14/1486 Ethernet: utilisation 0.908 over
     the traffic window (over the whole run it would read ~0.7)."""
     d, row = _run(tmp_path, {
         "duration": "2.6s", "topology": {"spines": 4, "leaves": 2, "hosts_per_leaf": 2, "host_link": LINK40,

@@ -314,7 +314,8 @@ def _median_result(runs: list[BuildResult]) -> BuildResult:
         return statistics.median(vals) if vals else None
     out = BuildResult(r0.hosts, r0.shape, r0.namespaces, r0.veths)
     out.phases = {k: med([r.phases.get(k) for r in runs]) for k in r0.phases}
-    for name in ("up_overlapped", "up", "up_fabric", "down", "down_kernel", "floor_up", "floor_down", "floor_down_kernel"):
+    for name in ("up_overlapped", "up", "up_fabric", "down", "down_kernel", "floor_up", "floor_down",
+                 "floor_down_kernel"):
         setattr(out, name, med([getattr(r, name) for r in runs]))
     return out
 
@@ -390,8 +391,9 @@ def _print_mininet(p, mn, r: BuildResult, timeout: float) -> None:
         _settle(f"{LAB_PREFIX}{r.hosts}m")
         r.mininet[variant] = m
         if variant == mn.VARIANTS[0]:
-            p(f"  Mininet {m.version or '(version not reported)'} same run (Linux bridges, STP off, no controller; up = Mininet()+build+"
-              f"start, down = stop() returned) vs the testbed's up {r.up:.3f} s / down {r.down:.3f} s "
+            p(f"  Mininet {m.version or '(version not reported)'} same run (Linux bridges, STP off, no controller; "
+              f"up = Mininet()+build+start, down = stop() returned) vs the testbed's up {r.up:.3f} s / down "
+              f"{r.down:.3f} s "
               f"(kernel done {_s(r.down_kernel).strip()} s) above:")
         p("    " + mn.format_run(m, r.up, r.down, r.down_kernel))
 

@@ -12,8 +12,8 @@ shells in unnamed namespaces. Why private: a leaf–spine of bridges without STP
 frame would circle forever — each bridge sends an IGMP report when it comes up (it joins 224.0.0.106), and
 every interface with IPv6 sends DAD, MLD and router solicitations. The child turns those off in its private
 namespace (IPv6 off, ``igmp_link_local_mcast_reports`` 0) and IPv6 off in every host before any interface
-exists — never on the machine — and a watchdog stops the run if the switch ports see traffic anyway. Mininet's ``fixLimits`` is
-skipped for the same reason (it raises machine-wide sysctls); its per-process rlimits are applied.
+exists — never on the machine — and a watchdog stops the run if the switch ports see traffic anyway. Mininet's
+``fixLimits`` is skipped for the same reason (it raises machine-wide sysctls); its per-process rlimits are applied.
 
 Every node is named ``fm<3 base-36 chars><s|l|h><n>`` (the run prefix; interfaces ``<node>-eth<port>`` stay
 within 15 characters up to 4,096 hosts). On every path — success, error, timeout, Ctrl-C — the parent kills the

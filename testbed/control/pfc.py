@@ -1,6 +1,7 @@
 """The PFC agent: turns Xoff/Xon of the switch program into real 802.1Qbb frames and paused serialisers.
 
-The kernel cannot hold packets inside BPF, so a pause stops the upstream port's serialiser (docs/architecture.md, 2.7): every
+The kernel cannot hold packets inside BPF, so a pause stops the upstream port's serialiser
+(docs/architecture.md, 2.7): every
 port has HTB with one class per priority and a TBF leaf under each; pausing a priority changes that TBF to a
 tiny rate, resuming changes it back and sends one small "kick" frame so HTB dequeues at once.
 
@@ -28,6 +29,7 @@ import time
 
 from ..datapath.queue_model import CTL_VQ_RESYNC, CTL_VQ_SHIFT, CTL_XON_RESET, control, drift_resync, ingress_queued
 from ..errors import HelperFailed
+from ..procname import set_process_name
 from ..fabric import netns
 from ..fabric.netlink import qdisc_backlog, qdisc_get_message, tbf_change_message
 from ..fabric.port import ETH_HLEN, N_PRIO, PortConfig
@@ -37,7 +39,8 @@ ETH_P_MACCTL = 0x8808
 ETH_P_KICK = 0x88B5
 SOL_PACKET = 263
 PACKET_QDISC_BYPASS = 20
-PAUSE_RATE_BPS = 8000          # ≥ 4 kbit/s (docs/architecture.md, 3.7): lower rates make the kernel cap the bucket below a frame
+PAUSE_RATE_BPS = 8000          # ≥ 4 kbit/s: lower rates make the kernel cap the bucket below a frame
+                               # (docs/architecture.md, 3.7)
 EVT_XOFF, EVT_PFC_RX = 1, 2
 XON_POLL_S = 0.0002
 SWEEP_S = 0.02              # drift resync of the running queues: a sweep every 20 ms …
@@ -214,7 +217,7 @@ def _child(body, wfd: int, name: str) -> None:
     A crash is written to the result pipe as {"crashed": "<one line>"} (and the traceback to stderr)."""
     code = 0
     try:
-        _set_comm(name)
+        set_process_name(name)
         body()
     except BaseException as e:                                # noqa: BLE001 — reported through the pipe
         import traceback
@@ -222,12 +225,6 @@ def _child(body, wfd: int, name: str) -> None:
         os.write(wfd, json.dumps({"crashed": f"{type(e).__name__}: {e}"[:300]}).encode())
         code = 1
     os._exit(code)
-
-
-def _set_comm(name: str) -> None:
-    """Name the process (``ps``, ``top``) with the lab's prefix."""
-    PR_SET_NAME = 15
-    ct.CDLL(None).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
 class _Agent:

@@ -9,6 +9,12 @@ Maps (names as in ebpf/lib/maps.h): ``ports`` (array by ifindex → switch id, M
 switch id + IPv4 destination → next-hop group), ``sw_config`` (array by switch id → mode, seed, flowlet
 timeout, spray kind), ``rr_next`` (round-robin counters), ``flows`` (LRU by switch + 5-tuple → flowlet state and
 packets per next-hop slot), ``port_stats`` (per-CPU array by ifindex), ``drop_reason_counts`` (per-CPU array).
+Congestion and flow control (ebpf/lib/qos.h; read from user space through queue_model.py): ``qos_config`` (per
+switch: DSCP → priority, lossless and ECN curves, Xoff), ``port_qos`` (per port: drain rate, buffer, limits),
+``vq`` (per (port, priority): the queue model, under a spin lock), ``egress_paused`` (when a paused queue
+stopped draining), ``ingress_state`` (PFC accounting per ingress, under a spin lock), ``queue_stats`` /
+``queue_max`` (per-CPU counters), ``pfc_events`` (ring buffer to the PFC agent), ``pfc_stats`` (the agent's
+counters). User space changes the model only through the control program ``ftb_ctl`` (``Datapath.control``).
 """
 from __future__ import annotations
 
@@ -26,7 +32,8 @@ from .errors import DatapathError
 from . import queue_model
 from .queue_model import drift_resync, ingress_queued
 
-__all__ = ["Datapath", "DatapathError", "PortCounters", "QueueCounters", "N_PRIO", "FlowPath", "DROP_REASONS", "MODES", "SPRAY_KINDS"]
+__all__ = ["Datapath", "DatapathError", "PortCounters", "QueueCounters", "N_PRIO", "FlowPath", "DROP_REASONS",
+           "MODES", "SPRAY_KINDS"]
 
 PROGRAM = "ftb_switch_ingress"
 NIC_RELEASE = "ftb_nic_release"     # XDP on leaf host ports: releases the sender's socket (see switch.c)

@@ -29,10 +29,10 @@ def drift_resync(now_ns: int, backlog: int, ps_per_byte: int, v_after: int, slac
 
 def control(prog_fd: int, op: int, key: int, a: int = 0, b: int = 0, c: int = 0) -> int:
     """Run one command of the control program (ftb_ctl, struct ctl_cmd in ebpf/lib/common.h) with
-    BPF_PROG_TEST_RUN. The switch program updates the model with atomic operations and a per-ingress lock; a
+    BPF_PROG_TEST_RUN. The switch program updates the model under a per-queue (and per-ingress) spin lock; a
     plain map write from user space would race with it (a packet accounted between our read and our write
-    would be lost), so every change goes through the same atomics in the kernel. Returns the program's verdict
-    (0 = done; the command runs as one compare-and-swap retry loop, ~2 µs a call)."""
+    would be lost), so every change goes through the same locks in the kernel. Returns the program's verdict
+    (0 = done, < 0 = refused: unknown command or key); one syscall, a few µs."""
     r = testrun.run(prog_fd, CTL_CMD.pack(op, key, a, b, c))
     return struct.unpack("i", struct.pack("I", r.verdict))[0]
 

@@ -102,7 +102,8 @@ class Captures:
 def _merge(main: Path, extra: Path) -> None:
     """Merge ``extra`` into ``main`` by timestamp (mergecap), then remove ``extra``."""
     out = main.with_name(f".{main.name}.merged")
-    r = subprocess.run(["mergecap", "-F", "pcap", "-w", str(out), str(main), str(extra)], capture_output=True, text=True)
+    r = subprocess.run(["mergecap", "-F", "pcap", "-w", str(out), str(main), str(extra)], capture_output=True,
+                       text=True)
     if r.returncode:
         raise CaptureError(f"capture: mergecap {main.name}: {(r.stderr or r.stdout).strip().splitlines()[-1]}")
     os.replace(out, main)

@@ -109,8 +109,8 @@ def tbf_change_message(ifindex: int, handle: int, parent: int, rate_bps: int, bu
 def qdisc_get_message(ifindex: int, handle: int, parent: int, seq: int = 1) -> bytes:
     """A pre-encoded RTM_GETQDISC request for one qdisc (the leaf under class ``parent``): its answer carries
     the qdisc's own backlog (parse it with ``qdisc_backlog``). The PFC agent reads a paused class's queue."""
-    return struct.pack("IHHII", 36, RTM_GETQDISC, NLM_F_REQUEST | 0x8, seq, 0) + struct.pack("BBHiIII", 0, 0, 0, ifindex,
-                                                                                      handle, parent, 0)
+    return (struct.pack("IHHII", 36, RTM_GETQDISC, NLM_F_REQUEST | 0x8, seq, 0)
+            + struct.pack("BBHiIII", 0, 0, 0, ifindex, handle, parent, 0))
 
 
 def qdisc_backlog(reply: bytes) -> int | None:

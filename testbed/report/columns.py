@@ -23,7 +23,8 @@ SUMMARY_EXTRA_COLUMNS = ["flows", "flows_completed", "fct_mean_ms", "fct_max_ms"
                          "jct_mean_ms", "jct_p99_ms", "retransmits", "ooo_packets", "cnps",
                          "drops", "ecn_marks", "pause_frames", "paused_s_total", "queue_p99_bytes",
                          "uplink_imbalance_max", "traffic_start_s", "traffic_end_s", "traffic_window_s",
-                         "discards", "ctl_lost", "cpu_worst_core", "cpu_worst_time_s", "cpu_saturated_share", "backlogged_samples",
+                         "discards", "ctl_lost", "cpu_worst_core", "cpu_worst_time_s", "cpu_saturated_share",
+                         "backlogged_samples",
                          "starved_samples", "starved_share", "failed"]
 #: collectives.csv (runs with collective jobs): one row per job iteration.
 COLLECTIVE_COLUMNS = ["job", "iteration", "op", "bytes", "start_s", "end_s", "jct_ms"]

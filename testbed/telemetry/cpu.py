@@ -8,7 +8,8 @@ work; so the guard measures **per core** and only what belongs to the lab:
 
     lab busy of core c in a sample = min(busy_c, softirq_c + irq_c + lab_c) / interval
 
-busy/softirq/irq from /proc/stat (tick-sampled; HZ=250 here: 4 % steps over 100 ms), lab_c the CPU time the lab's processes spent on core c, from a
+busy/softirq/irq from /proc/stat (tick-sampled; HZ=250 here: 4 % steps over 100 ms), lab_c the CPU time the
+lab's processes spent on core c, from a
 cgroup-v1 ``cpuacct`` group the run's processes join (``LabCpuAccount``; agents, the PFC agent and captures are
 forked into it). The min() absorbs softirq served in a lab process's context, which the kernel (no
 IRQ_TIME_ACCOUNTING) counts in both. Without cpuacct (cgroup v2 hosts) the guard falls back to the cores' total

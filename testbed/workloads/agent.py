@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 
+from ..procname import set_process_name
 from .engine_api import DONE, READY, WAIT_READ, WAIT_TIME, WAIT_WRITE
 from .engines import ENGINES
 
@@ -206,16 +207,9 @@ def run_job(job: dict) -> dict:
     }
 
 
-def _name_process() -> None:
-    """Carry the lab's prefix in the process name (``ps``/``top`` show ftb-<lab>-<host>)."""
-    name = os.environ.get("FTB_PROC_NAME")
-    if name:
-        import ctypes
-        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)      # PR_SET_NAME
-
-
 def main() -> int:
-    _name_process()
+    if os.environ.get("FTB_PROC_NAME"):                # ftb-<lab>-<host>, set by agents.py
+        set_process_name(os.environ["FTB_PROC_NAME"])
     print(json.dumps({"ready": os.getpid()}), flush=True)
     line = sys.stdin.readline()
     if not line.strip():

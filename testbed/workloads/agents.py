@@ -18,8 +18,6 @@ import sys
 import time
 from typing import Callable, Optional
 
-from ..fabric import netns
-
 READY_TIMEOUT_S = 30.0
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -64,6 +62,7 @@ class AgentSet:
         return self
 
     def _spawn(self, host: str, env: dict) -> None:
+        from ..fabric import netns        # here, not at import: every agent imports this package (keep it light)
         ns = self.ns_of(host)
         try:
             p = netns.spawn(ns, [sys.executable, "-m", "testbed.workloads.agent"], stdin=subprocess.PIPE,

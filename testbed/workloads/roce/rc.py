@@ -8,7 +8,7 @@ carry a RETH, the last packet of a message asks for an ACK.
 
 Per host (agent process) one ``Endpoint``: a UDP socket bound to :4791 (receives data, ACK/NAK, CNP; IP_RECVTOS
 gives the ECN bits) and a raw socket for ACK/NAK/CNP. Each requester sends its data packets on its own UDP
-socket(s), one per entropy value (``rocewire.data_socket``: the kernel writes IPv4/UDP headers whose ICRC-covered
+socket(s), one per entropy value (``wire.data_socket``: the kernel writes IPv4/UDP headers whose ICRC-covered
 fields are fixed — IP id 0 with DF — so the ICRC is still exact; IP_RECVERR makes a full shaped host link
 back-pressure it with ENOBUFS/EAGAIN like a NIC queue instead of dropping silently).
 
@@ -439,12 +439,12 @@ class Requester:
         self.dst = flow["dst_addr"]
         self.daddr = (self.dst, w.ROCE_PORT)
         dscp = flow.get("dscp", w.DSCP_ROCE)
-        self.tmpl = w.DataTemplate(flow["src_addr"], flow["dst_addr"], rsp_qpn(self.fid))   # TOS is masked from the ICRC
+        self.tmpl = w.DataTemplate(flow["src_addr"], flow["dst_addr"], rsp_qpn(self.fid))   # TOS: not in the ICRC
         self.selective = o.get("receiver", "gbn") == "ooo"
         n_ent = int(o.get("entropy_values") or 1) if o.get("entropy") == "packet" else 1
         self.n_ent = max(1, n_ent)
         self.sport = min(flow["sport"], 65535 - self.n_ent + 1)
-        # one UDP socket per entropy value (the source port is the socket's); see rocewire.data_socket
+        # one UDP socket per entropy value (the source port is the socket's); see wire.data_socket
         self.batch = max(1, min(int(o.get("batch") or 1), 32))
         self.socks = [w.data_socket(flow["src_addr"], self.sport + k, tos=(dscp << 2) | w.ECT0,
                                     sndbuf=job.get("sndbuf_each"), gso=self.batch > 1 and self.n_ent == 1)
@@ -572,7 +572,7 @@ class Requester:
         # The hot path (bench/roce_rate.py). Per packet: one struct.pack of BTH[+RETH], two or three crc32 calls
         # continuing from the cached IP/UDP prefix state, ICRC pack. Runs of same-size packets to one socket go
         # out as one UDP GSO sendmsg of up to ``batch`` packets (the kernel segments them; IP ids 0, 1, … —
-        # rocewire.data_socket); everything else is per flow.
+        # wire.data_socket); everything else is per flow.
         lay, tmpl, data, daddr = self.lay, self.tmpl, self.data, self.daddr
         pre, fix, word1, pkey = tmpl.pre, tmpl.fix, tmpl.word1, tmpl.pkey
         socks, n_ent, sport0, ppm, mtu, lmsg = self.socks, self.n_ent, self.sport, lay.ppm, lay.mtu, lay.msg

@@ -1,7 +1,9 @@
-"""RoCEv2 wire format (pure: no sockets): IPv4 / UDP 4791 / BTH [/ RETH | / AETH] / payload / ICRC.
+"""RoCEv2 wire format: IPv4 / UDP 4791 / BTH [/ RETH | / AETH] / payload / ICRC.
 
-Packets are built whole, IP header included, because the ICRC covers the IPv4 header (identification, addresses,
-lengths) and a kernel-built header (a plain UDP socket) would pick an IP identification we cannot know in advance.
+The ICRC covers the IPv4 header (identification, addresses, lengths), so it depends on what the kernel writes.
+Control packets (ACK/NAK/CNP, :class:`Template`) are built whole, IP header included, and sent on a raw socket.
+Data packets leave on UDP sockets (:func:`data_socket`) whose kernel-written headers are predictable (IP id 0
+with DF, or 0…k−1 within a GSO batch), so :class:`DataTemplate` computes their ICRC from cached prefix CRCs.
 
 ICRC (IBTA Annex A17, RoCEv2): CRC-32 (the Ethernet/zlib polynomial, init ~0, final ~) over
     8 bytes of 0xFF (the masked LRH) + IPv4 header + UDP header + BTH + the rest of the packet,
