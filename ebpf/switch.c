@@ -13,17 +13,36 @@
 #include "lib/parse.h"
 #include "lib/fib.h"
 #include "lib/hash.h"
+#include "lib/adaptive.h"
 #include "lib/lb.h"
 #include "lib/counters.h"
 #include "lib/rewrite.h"
 #include "lib/qos.h"
 
+/* Send a packet whose egress port is chosen: rewrite, egress queueing (drop, ECN, PFC), counters, redirect. */
+FTB_ALWAYS_INLINE int forward(struct __sk_buff *skb, __u32 sw, __u32 in, __u32 out, __u8 tos)
+{
+	struct port_info *egress = port_lookup(out);
+
+	if (!egress)
+		return drop(in, DROP_BAD_EGRESS);
+	if (forward_rewrite(skb, egress) < 0)
+		return drop(in, DROP_MALFORMED);
+	if (qos_egress(skb, sw, in, out, tos) < 0)
+		return TC_ACT_SHOT;        /* tail drop: counted per (egress port, priority) in queue_stats */
+	count_tx(out, skb->len);
+	count_load(sw, out, skb->len);
+	return bpf_redirect(out, 0);
+}
+
 int ftb_switch_ingress(struct __sk_buff *skb)
 {
-	__u32 in = skb->ifindex, out;
+	__u32 in = skb->ifindex, zero = 0;
 	__u64 slot;
-	struct port_info *ingress, *egress;
+	struct port_info *ingress;
 	struct nh_group *group;
+	struct sw_config *cfg;
+	struct fwd_ctx *ctx;
 	struct pkt p = {};
 	int reason;
 
@@ -48,21 +67,58 @@ int ftb_switch_ingress(struct __sk_buff *skb)
 	if (group->n == 0)
 		return drop(in, DROP_EMPTY_GROUP);
 
+	cfg = sw_config.lookup(&ingress->switch_id);
+	if (cfg && cfg->mode == MODE_ADAPTIVE && group->n > 1) {
+		/* adaptive routing reads queue state of every candidate: a stage of its own (verifier complexity) */
+		ctx = fwd_scratch.lookup(&zero);
+		if (!ctx)
+			return drop(in, DROP_BAD_EGRESS);
+		ctx->p = p;
+		ctx->sw = ingress->switch_id;
+		ctx->in = in;
+		stages.call(skb, STAGE_ADAPTIVE);
+		return drop(in, DROP_BAD_EGRESS);             /* the stage is missing */
+	}
 	slot = lb_choose(ingress->switch_id, group, &p);
 	ftb_opaque(slot);
 	if (slot >= MAX_NH)
 		return drop(in, DROP_BAD_EGRESS);
-	out = group->ports[slot];
-	egress = port_lookup(out);
-	if (!egress)
-		return drop(in, DROP_BAD_EGRESS);
+	return forward(skb, ingress->switch_id, in, group->ports[slot], p.tos);
+}
 
-	if (forward_rewrite(skb, egress) < 0)
-		return drop(in, DROP_MALFORMED);
-	if (qos_egress(skb, ingress->switch_id, in, out, p.tos) < 0)
-		return TC_ACT_SHOT;        /* tail drop: counted per (egress port, priority) in queue_stats */
-	count_tx(out, skb->len);
-	return bpf_redirect(out, 0);
+/* Stage: adaptive routing chooses the least loaded allowed port (lib/adaptive.h), then hands over to STAGE_FORWARD. */
+int ftb_stage_adaptive(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct fwd_ctx *ctx = fwd_scratch.lookup(&zero);
+	struct nh_group *group;
+	struct sw_config *cfg;
+	__u64 slot;
+
+	if (!ctx)
+		return TC_ACT_SHOT;
+	cfg = sw_config.lookup(&ctx->sw);
+	group = fib_lookup(ctx->sw, ctx->p.daddr);
+	if (!cfg || !group)
+		return drop(ctx->in, DROP_NO_ROUTE);
+	slot = ar_slot(cfg, ctx->sw, group, &ctx->p, packet_prio(ctx->sw, ctx->p.tos));
+	ftb_opaque(slot);
+	if (slot >= MAX_NH)
+		return drop(ctx->in, DROP_BAD_EGRESS);
+	ctx->out = group->ports[slot];
+	stages.call(skb, STAGE_FORWARD);
+	return drop(ctx->in, DROP_BAD_EGRESS);
+}
+
+/* Stage: send a packet whose egress port an earlier stage chose. */
+int ftb_stage_forward(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct fwd_ctx *ctx = fwd_scratch.lookup(&zero);
+
+	if (!ctx)
+		return TC_ACT_SHOT;
+	return forward(skb, ctx->sw, ctx->in, ctx->out, ctx->p.tos);
 }
 
 /* XDP on the leaf's host-facing ports: the host NIC's "transmit completion".

@@ -131,10 +131,19 @@ class QosSpec(Strict):
     pfc: Optional[PfcSpec] = None
 
 
+class AdaptiveSpec(Strict):
+    """Adaptive routing (``load_balancing: adaptive``): take the least loaded allowed egress port."""
+    granularity: Literal["packet", "flowlet"] = "packet"    # choose per packet (reorders) or per flowlet
+    metric: Literal["queue", "load", "queue+load"] = "queue"   # queued bytes, recent tx bytes, or their sum
+    flowlet_timeout: Optional[Time] = None                  # granularity flowlet; None = switch.flowlet_timeout
+    load_window: Annotated[int, _unit(units.time_ns), Field(gt=0)] = units.time_ns("1ms")   # the load metric's memory
+
+
 class SwitchSpec(Strict):
-    load_balancing: Literal["ecmp", "flowlet", "spray"] = "ecmp"
+    load_balancing: Literal["ecmp", "flowlet", "spray", "adaptive"] = "ecmp"
     flowlet_timeout: Time = units.time_ns("500us")
     spray: Literal["random", "round_robin"] = "random"
+    adaptive: AdaptiveSpec = AdaptiveSpec()
     hash_seed: int = Field(1, ge=0, lt=2**32)
     buffer: Optional[Size] = None
     traffic_classes: TrafficClassSpec = TrafficClassSpec()

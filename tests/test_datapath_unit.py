@@ -5,6 +5,7 @@ holding one veth per switch port, created with the port's ifindex."""
 import os
 import random
 import time
+from collections import Counter
 
 import pytest
 
@@ -207,6 +208,80 @@ def test_spray_random_within_tolerance(dp, topo):
     (fp,) = dp.flow_paths()
     assert fp.paths == SPINES
     assert all(120 <= c <= 280 for c in fp.packets.values()), fp.packets     # mean 200, sd ~12
+
+
+def _uplink_depths(dp, topo, leaf, depths):
+    """Make the queue model of each uplink of ``leaf`` (priority 0) hold ``depths`` bytes now."""
+    now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    vq, pq = dp.bpf[b"vq"], dp.bpf[b"port_qos"]
+    for p, depth in zip(topo.uplinks(leaf), depths):
+        k = vq.Key(p.ifindex * 8)
+        v = vq[k]
+        v.finish = now + depth * pq[pq.Key(p.ifindex)].ps_per_byte // 1000
+        vq[k] = v
+
+
+def test_adaptive_takes_the_uplink_with_the_shortest_queue(dp, topo):
+    """AR by queue: with uplink queues of 300, 50, 200 and 400 KB (100 Mbit/s ports: they drain 12.5 KB a ms),
+    every packet of a burst goes to the 50 KB one, and the tail-call stages forward it like any other mode."""
+    dp.set_mode(spec(load_balancing="adaptive"))
+    ups = topo.uplinks("leaf0")
+    _uplink_depths(dp, topo, "leaf0", [300_000, 50_000, 200_000, 400_000])
+    port = host_port(topo, "h0")
+    for i in range(10):
+        pkt = frame(port, topo.address("h0"), topo.address("h2"), 7000, 5001, ip_id=i)
+        verdict, out = run(dp, pkt, port.ifindex)
+        assert verdict == TC_ACT_REDIRECT
+        assert check_forwarded(topo, pkt, out).ifindex == ups[1].ifindex
+    (fp,) = dp.flow_paths()
+    assert fp.packets == {ups[1].ifindex: 10}
+
+
+def test_adaptive_breaks_ties_at_random(dp, topo):
+    """Equal (empty) queues: the choice is spread over every uplink (400 packets of different flows, each uplink
+    within 60–140; the model's queues stay empty between packets at 100 Mbit/s only if we reset them)."""
+    dp.set_mode(spec(load_balancing="adaptive"))
+    port = host_port(topo, "h0")
+    got = Counter()
+    for i in range(400):
+        _uplink_depths(dp, topo, "leaf0", [0] * SPINES)
+        _, out = run(dp, frame(port, topo.address("h0"), topo.address("h2"), 8000 + i, 5001), port.ifindex)
+        got[egress_of(topo, out).ifindex] += 1
+    assert len(got) == SPINES and all(60 <= c <= 140 for c in got.values()), got
+
+
+def test_adaptive_per_flowlet_keeps_its_port_until_a_gap(dp, topo):
+    """Granularity flowlet: the first packet takes the shortest queue, the rest of the burst stays there although
+    another queue becomes shorter; after an idle gap above the timeout the next packet chooses again."""
+    dp.set_mode(spec(load_balancing="adaptive", adaptive={"granularity": "flowlet", "flowlet_timeout": "20ms"}))
+    ups = topo.uplinks("leaf0")
+    port = host_port(topo, "h0")
+    pkt = frame(port, topo.address("h0"), topo.address("h2"), 9000, 5001)
+    _uplink_depths(dp, topo, "leaf0", [190_000, 180_000, 10_000, 190_000])
+    assert egress_of(topo, run(dp, pkt, port.ifindex)[1]).ifindex == ups[2].ifindex
+    _uplink_depths(dp, topo, "leaf0", [190_000, 10_000, 180_000, 190_000])
+    assert egress_of(topo, run(dp, pkt, port.ifindex)[1]).ifindex == ups[2].ifindex    # same flowlet
+    time.sleep(0.03)
+    _uplink_depths(dp, topo, "leaf0", [190_000, 10_000, 180_000, 190_000])
+    assert egress_of(topo, run(dp, pkt, port.ifindex)[1]).ifindex == ups[1].ifindex    # a new flowlet
+
+
+def test_adaptive_by_load_takes_the_least_recently_busy_uplink(dp, topo):
+    """AR by load: the port that sent the fewest bytes over the load window wins, whatever its queue."""
+    dp.set_mode(spec(load_balancing="adaptive", adaptive={"metric": "load", "load_window": "1s"}))
+    ups = topo.uplinks("leaf0")
+    now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    pl = dp.bpf[b"port_load"]
+    for p, b in zip(ups, [50_000, 60_000, 2_000, 70_000]):
+        v = pl[pl.Key(p.ifindex)]
+        v.bytes, v.last_ns = b, now
+        pl[pl.Key(p.ifindex)] = v
+    _uplink_depths(dp, topo, "leaf0", [0, 0, 90_000, 0])      # the queue metric would avoid it
+    port = host_port(topo, "h0")
+    _, out = run(dp, frame(port, topo.address("h0"), topo.address("h2"), 9100, 5001), port.ifindex)
+    assert egress_of(topo, out).ifindex == ups[2].ifindex
+    after = pl[pl.Key(ups[2].ifindex)]
+    assert after.bytes > 2_000                                # the packet was charged to its port's load
 
 
 def test_flowlet_keeps_port_in_burst_and_moves_after_gap(dp, topo):

@@ -49,8 +49,11 @@
 #endif
 
 /* Load-balancing modes (sw_config.mode) and spray kinds (sw_config.spray). */
-enum { MODE_ECMP = 0, MODE_FLOWLET = 1, MODE_SPRAY = 2 };
+enum { MODE_ECMP = 0, MODE_FLOWLET = 1, MODE_SPRAY = 2, MODE_ADAPTIVE = 3 };
 enum { SPRAY_RANDOM = 0, SPRAY_ROUND_ROBIN = 1 };
+/* Adaptive routing (MODE_ADAPTIVE): what "least loaded" means (sw_config.ar_metric), and when to choose. */
+enum { AR_QUEUE = 0, AR_LOAD = 1, AR_QUEUE_LOAD = 2 };
+enum { AR_PACKET = 0, AR_FLOWLET = 1 };
 
 /* Drop reasons: index into port_stats.drops and drop_reason_counts. Mirrored in testbed/datapath DROP_REASONS. */
 enum {
@@ -188,8 +191,47 @@ struct sw_config {                /* sw_config[switch_id] */
 	__u32 mode;
 	__u32 spray;
 	__u32 seed;               /* per-switch hash seed (hashing.switch_seed) */
-	__u32 pad;
+	__u32 ar_metric;          /* AR_*: queue depth, recent load, or both */
 	__u64 flowlet_timeout_ns;
+	__u32 ar_granularity;     /* AR_PACKET | AR_FLOWLET */
+	__u32 pad;
+	__u64 load_window_ns;     /* the load metric: bytes a port sent over about this long */
+};
+
+/* A parsed packet: what forwarding and load balancing need (lib/parse.h fills it). */
+struct pkt {
+	__u32 saddr;              /* network byte order */
+	__u32 daddr;
+	__u16 sport;              /* host byte order */
+	__u16 dport;
+	__u8 proto;
+	__u8 ttl;
+	__u8 tos;
+};
+
+/* The forwarding decision handed from one stage (program) to the next by a tail call: the entry program parses
+ * and looks up the route, the adaptive stage chooses the port, the forward stage sends. Per CPU: a tail call
+ * runs on the same CPU, before anything else can. */
+enum { STAGE_ADAPTIVE = 0, STAGE_FORWARD = 1, N_STAGES = 2 };
+struct fwd_ctx {
+	struct pkt p;
+	__u32 sw;
+	__u32 in;
+	__u32 out;
+	__u32 pad;
+};
+
+#define AR_CANDIDATES 12          /* ports adaptive routing compares (a random window of larger groups; 16
+                                   * candidates exceeded the verifier's 1M-instruction budget, 12 take 260k) */
+struct ar_scratch {               /* per CPU: the adaptive stage's cost of each candidate port */
+	__u64 cost[AR_CANDIDATES];
+};
+
+struct port_load {                /* port_load[ifindex]: recent tx load of a switch port (adaptive routing) */
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 bytes;              /* decaying byte count: about what it sent over the last load window */
+	__u64 last_ns;
 };
 
 struct flow_key {

@@ -3,6 +3,7 @@
 #define FTB_COUNTERS_H
 
 #include "maps.h"
+#include "adaptive.h"
 
 FTB_ALWAYS_INLINE void count_rx(__u32 ifindex, __u32 bytes)
 {
@@ -20,6 +21,14 @@ FTB_ALWAYS_INLINE void count_tx(__u32 ifindex, __u32 bytes)
 		s->tx_packets++;
 		s->tx_bytes += bytes;
 	}
+}
+
+/* Adaptive routing with a load metric: charge the bytes to the egress port's recent load. */
+FTB_ALWAYS_INLINE void count_load(__u32 sw, __u32 out, __u32 bytes)
+{
+	struct sw_config *cfg = sw_config.lookup(&sw);
+	if (cfg && cfg->mode == MODE_ADAPTIVE && cfg->ar_metric != AR_QUEUE)
+		ar_load_add(out, bytes, bpf_ktime_get_ns(), cfg->load_window_ns);
 }
 
 /* Count a drop (globally, and on the ingress port when it is one) and return the tc verdict. */

@@ -1,4 +1,5 @@
-/* Choosing a next hop among a group's n ports: ECMP hash, flowlet switching, packet spraying.
+/* Choosing a next hop among a group's n ports: ECMP hash, flowlet switching, packet spraying (adaptive routing,
+ * which reads queue state, is a stage of its own: lib/adaptive.h).
  *
  * At switches with a choice (n > 1) every flow also gets an LRU entry in `flows`: flowlet state and packet
  * counts per next-hop slot, which tell how many paths a flow used and in what ratio. */
@@ -23,13 +24,26 @@ FTB_ALWAYS_INLINE struct flow_state *flow_state_get(struct flow_key *k)
 	return fs;
 }
 
+/* The flow state of the packet's 5-tuple at switch `sw` (created zeroed). */
+FTB_ALWAYS_INLINE struct flow_state *flow_state_of(__u32 sw, const struct pkt *p)
+{
+	struct flow_key k = {};
+
+	k.switch_id = sw;
+	k.saddr = p->saddr;
+	k.daddr = p->daddr;
+	k.sport = p->sport;
+	k.dport = p->dport;
+	k.proto = p->proto;
+	return flow_state_get(&k);
+}
+
 /* Slots are __u64: with 32-bit values clang bounds-checks one zero-extended copy and indexes with another,
  * which the verifier cannot follow. */
 FTB_ALWAYS_INLINE __u64 lb_choose(__u32 sw, const struct nh_group *g, const struct pkt *p)
 {
 	struct sw_config *cfg;
 	struct flow_state *fs;
-	struct flow_key k = {};
 	__u32 n = g->n, mode, *rr;
 	__u64 slot;
 	__u64 now;
@@ -43,13 +57,7 @@ FTB_ALWAYS_INLINE __u64 lb_choose(__u32 sw, const struct nh_group *g, const stru
 		return 0;
 	mode = cfg->mode;
 
-	k.switch_id = sw;
-	k.saddr = p->saddr;
-	k.daddr = p->daddr;
-	k.sport = p->sport;
-	k.dport = p->dport;
-	k.proto = p->proto;
-	fs = flow_state_get(&k);
+	fs = flow_state_of(sw, p);
 
 	if (mode == MODE_SPRAY) {
 		if (cfg->spray == SPRAY_ROUND_ROBIN) {

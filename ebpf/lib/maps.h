@@ -14,6 +14,10 @@ BPF_TABLE("lru_hash", struct flow_key, struct flow_state, flows, FLOW_SIZE);
  * MAX_NH is large). Never written. */
 BPF_ARRAY(flow_zero, struct flow_state, 1);
 BPF_PERCPU_ARRAY(port_stats, struct port_stats, PORT_SLOTS);
+BPF_ARRAY(port_load, struct port_load, PORT_SLOTS);     /* adaptive routing's load metric (lib/adaptive.h) */
+BPF_PERCPU_ARRAY(fwd_scratch, struct fwd_ctx, 1);
+BPF_PERCPU_ARRAY(ar_scratch, struct ar_scratch, 1);       /* the decision handed between stages (tail calls) */
+BPF_PROG_ARRAY(stages, N_STAGES);                       /* STAGE_*: filled by the loader */
 BPF_PERCPU_ARRAY(drop_reason_counts, __u64, DROP_MAX);   /* not "drop_reasons": a kernel symbol in full headers */
 
 /* Congestion and flow control (lib/qos.h). */

@@ -7,16 +7,6 @@
 /* Bytes the parser may touch: Ethernet, the longest IPv4 header, the two L4 ports. */
 #define PARSE_BYTES (ETH_HLEN + 60 + 4)
 
-struct pkt {
-	__u32 saddr;              /* network byte order */
-	__u32 daddr;
-	__u16 sport;              /* host byte order */
-	__u16 dport;
-	__u8 proto;
-	__u8 ttl;
-	__u8 tos;
-};
-
 /* Make the headers linear so direct access can see them (GRO'd or paged skbs). */
 FTB_ALWAYS_INLINE void ensure_headers(struct __sk_buff *skb)
 {

@@ -76,6 +76,13 @@ FTB_ALWAYS_INLINE __u64 qos_prio(const struct qos_config *cfg, __u8 tos)
 	return cfg->dscp_prio[d] & (N_PRIO - 1);
 }
 
+/* The priority of a packet with TOS `tos` at switch `sw` (0 where the switch has no QoS configuration). */
+FTB_ALWAYS_INLINE __u64 packet_prio(__u32 sw, __u8 tos)
+{
+	struct qos_config *cfg = qos_config.lookup(&sw);
+	return cfg ? qos_prio(cfg, tos) : 0;
+}
+
 /* Marking decision of the RED/DCQCN curve for a queue of `depth` bytes; `r` is a uniform 32-bit random. */
 FTB_ALWAYS_INLINE int ecn_should_mark(__u64 depth, __u64 kmin, __u64 kmax, __u64 pmax, __u32 r)
 {

@@ -38,8 +38,11 @@ __all__ = ["Datapath", "DatapathError", "PortCounters", "QueueCounters", "N_PRIO
 PROGRAM = "ftb_switch_ingress"
 NIC_RELEASE = "ftb_nic_release"     # XDP on leaf host ports: releases the sender's socket (see switch.c)
 HOST_PROGRAM = "ftb_host_ingress"
+STAGES = ("ftb_stage_adaptive", "ftb_stage_forward")   # tail-call stages, in the order of STAGE_* (common.h)
 CONTROL_PROGRAM = "ftb_ctl"          # user space's atomic changes to the queue model (run with PROG_TEST_RUN)
-MODES = {"ecmp": 0, "flowlet": 1, "spray": 2}
+MODES = {"ecmp": 0, "flowlet": 1, "spray": 2, "adaptive": 3}
+AR_METRICS = {"queue": 0, "load": 1, "queue+load": 2}
+AR_GRANULARITY = {"packet": 0, "flowlet": 1}
 SPRAY_KINDS = {"random": 0, "round_robin": 1}
 # Index = the DROP_* enum in ebpf/lib/common.h.
 DROP_REASONS = ("not_ipv4", "malformed", "no_route", "empty_group", "ttl", "no_port", "bad_egress")
@@ -176,6 +179,7 @@ class Datapath:
                 self._nic = bpf.load_func(NIC_RELEASE.encode(), BPF.XDP)
                 self._host_fn = bpf.load_func(HOST_PROGRAM.encode(), BPF.SCHED_CLS)
                 self._ctl = bpf.load_func(CONTROL_PROGRAM.encode(), BPF.SCHED_CLS)
+                self._stages = [bpf.load_func(name.encode(), BPF.SCHED_CLS) for name in STAGES]
             except Exception as e:   # BCC raises bare Exception with the details on stderr
                 log = err.text()
                 first = _first_error(log) or str(e)
@@ -185,6 +189,9 @@ class Datapath:
         self.compile_seconds = time.perf_counter() - t0
         self._bpf, self._fn = bpf, fn
         try:
+            stages = bpf[b"stages"]
+            for i, fn in enumerate(self._stages):
+                stages[ct.c_int(i)] = ct.c_int(fn.fd)
             self._fill_ports()
             self._fill_fib()
             self.set_mode(self.switch_spec)
@@ -418,6 +425,12 @@ class Datapath:
             v.spray = SPRAY_KINDS[switch_spec.spray]
             v.seed = hashing.switch_seed(switch_spec.hash_seed, sid)
             v.flowlet_timeout_ns = int(switch_spec.flowlet_timeout)
+            ar = switch_spec.adaptive
+            v.ar_metric = AR_METRICS[ar.metric]
+            v.ar_granularity = AR_GRANULARITY[ar.granularity]
+            v.load_window_ns = int(ar.load_window)
+            if switch_spec.load_balancing == "adaptive" and ar.flowlet_timeout is not None:
+                v.flowlet_timeout_ns = int(ar.flowlet_timeout)
             t[t.Key(sid)] = v
 
     def switch_seed(self, switch: str) -> int:
