@@ -11,8 +11,8 @@ import pytest
 
 from testbed import scenario, vm
 from testbed.fabric import netns
-from testbed.workloads.rxe import softroce as rxe
 from testbed.fabric.port import netem_limit
+from testbed.workloads.rxe.perftest import parse_perftest
 
 from conftest import ROOT, _distribution_kernel, make_scenario, run_cli
 
@@ -118,14 +118,14 @@ def test_vm_run_exit_code_and_output_smoke():
 
 
 def test_parse_perftest():
+    """The parser the full-kernel tests use (the same as the rxe engine's): Gb/sec → Mbit/s."""
     text = """
 ---------------------------------------------------------------------------------------
  #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
  65536      200              0.41               0.39               0.000748
 ---------------------------------------------------------------------------------------
 """
-    r = rxe.parse_perftest(text)
-    assert r == {"bytes": 65536, "iterations": 200, "bw_peak_gbps": 0.41, "bw_avg_gbps": 0.39,
-                 "msg_rate_mpps": 0.000748}
-    with pytest.raises(rxe.RxeError):
-        rxe.parse_perftest("Failed status 2")
+    r = parse_perftest(text)
+    assert r == pytest.approx({"msg_bytes": 65536, "iterations": 200, "bw_peak_mbps": 410.0, "bw_avg_mbps": 390.0,
+                               "msg_rate_mpps": 0.000748, "unit": "Gb/sec"})
+    assert parse_perftest("Failed status 2") is None
