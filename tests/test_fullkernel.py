@@ -313,7 +313,7 @@ def test_ecn_ebpf_marker_agrees_with_red():
               f"(curve there {_curve(ebpf['depth_mean']):.3f}), drops {ebpf['drops']}")
     for depth, red, ebpf, f_red, f_ebpf in rows:
         assert red["n"] > 1000 and ebpf["ect"] > 1000, (depth, red, ebpf)          # 1305–1644 measured
-        # Worst seen in 4 lane runs (12 depths): queue mean D−4.4 KB (a sender descheduled under TCG lets it
+        # Worst seen in 5 lane runs (15 depths): queue mean D−4.4 KB (a sender descheduled under TCG lets it
         # dip; D−1.4..2.5 KB otherwise), eBPF vs the curve at its mean depth 0.022 and at D−frame 0.032, RED vs
         # its expected fraction 0.031, p recovered from RED vs eBPF 0.037.
         assert depth - 6 * FRAME <= ebpf["depth_mean"] <= depth - FRAME, (depth, ebpf)
