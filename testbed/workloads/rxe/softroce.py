@@ -17,7 +17,8 @@ What works (verified in the VM lane, tests/test_fullkernel.py)
     come back in on the peer NIC. rxe's route lookup uses the GID's address as source, so RoCE traffic takes the
     fabric; perftest's out-of-band TCP handshake (no source bound) goes through ``lo``, which must be up.
 
-Public API (issue 4's rxe driver calls these; everything is undone by ``close()`` / the context manager):
+Public API (the ``traffic.engine: rxe`` driver and the full-kernel tests call these; everything is undone by
+``close()`` / the context manager):
     ``available()`` → (ok, detail)               rdma_rxe present/loadable and the ``rdma`` tool installed
     ``RootHosts(lab, hosts)``                      context manager: hosts' NICs in the root ns + rxe devices
         ``.device(host)`` → "rxe_h0"             the ibverbs device name for perftest ``-d``
@@ -25,8 +26,9 @@ Public API (issue 4's rxe driver calls these; everything is undone by ``close()`
         ``.address(host)`` → "198.18.0.1"
     ``pair_on_veth(addr_a, addr_b)``               context manager: the smallest set-up (two rxe devices on the
                                                    two ends of one veth pair, policy-routed), for self-tests
-    ``gid_index(dev, addr)``, ``parse_perftest(text)``
-Commands run in the root namespace run as plain subprocesses; run perftest with ``-d <device> -x <gid index>``.
+    ``gid_index(dev, addr)``
+Commands run in the root namespace run as plain subprocesses; perftest (``-d <device> -x <gid index>``), its
+parser and a server + client pair are in ``perftest.py``.
 """
 from __future__ import annotations
 
@@ -87,19 +89,6 @@ def gid_index(dev: str, addr: str, timeout: float = 5.0) -> int:
         if time.monotonic() > end:
             raise RxeError(f"{dev}: no RoCE v2 GID for {addr}")
         time.sleep(0.1)
-
-
-def parse_perftest(text: str) -> dict:
-    """The result row of ib_write_bw/ib_read_bw/ib_send_bw: bytes, iterations, BW peak/avg (Gb/s), MsgRate."""
-    for line in text.splitlines():
-        f = line.split()
-        if len(f) >= 5 and f[0].isdigit() and f[1].isdigit():
-            try:
-                return {"bytes": int(f[0]), "iterations": int(f[1]), "bw_peak_gbps": float(f[2]),
-                        "bw_avg_gbps": float(f[3]), "msg_rate_mpps": float(f[4])}
-            except ValueError:
-                continue
-    raise RxeError("no perftest result line in output")
 
 
 @dataclass
@@ -260,49 +249,4 @@ class RootHosts:
         self._moved = []
 
 
-NO_CLOCK = "Can't produce a report"     # perftest could not calibrate its cycle counter (r² < 0.9: TCG jitter)
-
-
-def perftest_pair(dev_srv: str, gid_srv: int, dev_cli: str, gid_cli: int, server_addr: str,
-                  tool: str = "ib_write_bw", args: tuple[str, ...] = ("-s", "65536", "-n", "200"),
-                  timeout: float = 120, port: int = 18515, attempts: int = 3) -> tuple[dict, str]:
-    """Run ``tool`` server + client in the root namespace; returns (parsed client result, client output).
-
-    perftest turns cycles into time with a CPU frequency it measures by linear regression; under emulation
-    (the VM lane runs QEMU TCG) that fit fails now and then (r² < 0.9) and perftest prints ``NO_CLOCK`` after
-    a complete transfer. Only that failure is run again, up to ``attempts`` times in all, and the output says
-    so; any other failure raises at once."""
-    once = (lambda: _perftest_once(dev_srv, gid_srv, dev_cli, gid_cli, server_addr, tool, args, timeout, port))
-    notes = []
-    for attempt in range(1, attempts):
-        try:
-            res, out = once()
-            return res, "".join(notes) + out
-        except RxeError as e:
-            if NO_CLOCK not in str(e):
-                raise
-            notes.append(f"[testbed] {tool} attempt {attempt}: perftest could not calibrate its clock; again\n")
-    res, out = once()
-    return res, "".join(notes) + out
-
-
-def _perftest_once(dev_srv, gid_srv, dev_cli, gid_cli, server_addr, tool, args, timeout, port):
-    srv = subprocess.Popen([tool, "-d", dev_srv, "-x", str(gid_srv), "-p", str(port), *args],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        time.sleep(1.0)
-        cli = subprocess.run([tool, "-d", dev_cli, "-x", str(gid_cli), "-p", str(port), *args, server_addr],
-                             capture_output=True, text=True, timeout=timeout)
-        out = cli.stdout + cli.stderr
-        srv_out = srv.communicate(timeout=30)[0]
-        if cli.returncode:
-            raise RxeError(f"{tool} client failed ({cli.returncode}): {out.strip()[-400:]} | server: "
-                           f"{srv_out.strip()[-200:]}")
-        return parse_perftest(out), out
-    finally:
-        if srv.poll() is None:
-            srv.kill()
-            srv.wait()
-
-
-__all__ = ["RootHosts", "RxeError", "available", "gid_index", "pair_on_veth", "parse_perftest", "perftest_pair"]
+__all__ = ["RootHosts", "RxeError", "available", "gid_index", "pair_on_veth"]
