@@ -358,20 +358,11 @@ def _stats(xs) -> str:
 
 
 def test_queue_model_tracks_the_real_backlog(qlab):
-    """The model the datapath acts on (tail drop, ECN) against the real backlog, with the sampler's resync OFF:
-    the drift of the model itself on a standing queue. Measured here over 20 runs: median |error| 0.x–y %
-    (see README); asserted ≤ 5 % (the median: one CPU stall can put a single sample far off)."""
-    timed, _, busy, resyncs = queue_model_run(qlab, resync=False)
-    samples = [e for _, e in timed]
-    assert resyncs == 0 and len(samples) >= 30
-    print(f"\n[queue model, no resync] {_stats(samples)}; busiest core {busy:.2f}")
-    assert statistics.median(abs(x) for x in samples) <= 0.05
-
-
-def test_queue_model_error_between_resyncs(qlab):
-    """With the sampler resynchronising (as in `testbed run`), the error the datapath acted on at the end of each
-    100 ms interval — the model just before its reset (links.csv queue_model_bytes) vs the real backlog read at
-    the same instant: median ≤ 5 %."""
+    """The error the datapath acts on: with the sampler resynchronising (as in `testbed run`), the model just
+    before each reset (links.csv queue_model_bytes) against the real backlog read at the same instant — the
+    drift of one 100 ms interval — has a median ≤ 5 % (20 runs: 0.3–0.5 %). Without resync the drift is not
+    bounded: usually 1–2 %, but a shaper that falls behind once leaves the model off for the rest of the run
+    (12 % in 1 of 20 runs; test_queue_model_resyncs_after_the_shaper_falls_behind forces it)."""
     _, before_reset, busy, resyncs = queue_model_run(qlab)
     assert len(before_reset) >= 15
     print(f"\n[queue model, just before each resync] {_stats(before_reset)}; {resyncs} resyncs; "
