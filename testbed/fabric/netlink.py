@@ -16,7 +16,8 @@ import time
 from pyroute2.netlink import (NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST, NLMSG_DONE,
                               NLMSG_ERROR)
 from pyroute2.netlink.rtnl import (RTM_GETQDISC, RTM_NEWADDR, RTM_NEWLINK, RTM_NEWNEIGH, RTM_NEWQDISC,
-                                   RTM_NEWROUTE, RTM_NEWTCLASS, RTM_NEWTFILTER, RTM_SETLINK, TC_H_ROOT)
+                                   RTM_NEWROUTE, RTM_NEWRULE, RTM_NEWTCLASS, RTM_NEWTFILTER, RTM_SETLINK, TC_H_ROOT)
+from pyroute2.netlink.rtnl.fibmsg import FR_ACT_TO_TBL, fibmsg
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import IFF_UP, ifinfmsg
 from pyroute2.netlink.rtnl.ndmsg import ndmsg
@@ -205,16 +206,16 @@ class Batch:
         self.add(msg, RTM_NEWNEIGH, CREATE, f"neighbour {addr}")
 
     def route(self, dst: str, gateway: str, ifindex: int, prefsrc: str | None = None,
-              multipath: list[tuple[str, int]] | None = None) -> None:
+              multipath: list[tuple[str, int]] | None = None, table: int = 254) -> None:
         net, _, plen = dst.partition("/")
         msg = rtmsg()
         msg["family"] = socket.AF_INET
         msg["dst_len"] = int(plen or 32)
-        msg["table"] = 254
+        msg["table"] = table if table < 256 else 252      # RT_TABLE_COMPAT; the attribute holds the real one
         msg["proto"] = 4          # static
         msg["scope"] = 0
         msg["type"] = 1           # unicast
-        attrs = [("RTA_TABLE", 254)]
+        attrs = [("RTA_TABLE", table)]
         if msg["dst_len"]:
             attrs.append(("RTA_DST", net))
         if multipath:
@@ -226,7 +227,17 @@ class Batch:
         if prefsrc:
             attrs.append(("RTA_PREFSRC", prefsrc))
         msg["attrs"] = attrs
-        self.add(msg, RTM_NEWROUTE, CREATE, f"route {dst} via {gateway}")
+        self.add(msg, RTM_NEWROUTE, CREATE, f"route {dst} via {gateway}" + (f" table {table}" if table != 254 else ""))
+
+    def rule(self, src: str, table: int, priority: int) -> None:
+        """``ip rule add from SRC/32 lookup TABLE priority PRIORITY``."""
+        msg = fibmsg()
+        msg["family"] = socket.AF_INET
+        msg["src_len"] = 32
+        msg["table"] = table if table < 256 else 252
+        msg["action"] = FR_ACT_TO_TBL
+        msg["attrs"] = [("FRA_SRC", src), ("FRA_TABLE", table), ("FRA_PRIORITY", priority)]
+        self.add(msg, RTM_NEWRULE, CREATE, f"rule from {src} lookup {table}")
 
     def tbf(self, ifindex: int, rate_bps: int, burst: int, limit: int, what: str, handle: int = 0x10000,
             parent: int = TC_H_ROOT) -> None:
