@@ -267,7 +267,8 @@ def clean():
 
 @cli.command()
 @click.argument("what", type=click.Choice(["build", "pps", "roce", "all"]), default="all")
-@click.option("--sizes", default="16,128,1024", help="Host counts for the build benchmark.")
+@click.option("--sizes", default="16,128,1024",
+              help="Build benchmark sizes: leaf-spine host counts, or ft<k> for a fat-tree (e.g. 16,128,ft16).")
 @click.option("--seconds", default=3.0, help="Traffic time per pps / RoCE send-rate measurement.")
 @click.option("--rounds", default=3, type=click.IntRange(min=1), help="Alternated rounds (pps, roce); medians.")
 @click.option("--vs", type=click.Choice(["mininet"]), default=None,
@@ -282,16 +283,17 @@ def bench(what, sizes, seconds, rounds, vs, mininet_timeout):
         raise UserError("--vs mininet compares the build benchmark: use `testbed bench build --vs mininet`")
     if mininet_timeout is not None and not vs:
         raise UserError("--mininet-timeout needs --vs mininet")
-    try:
-        host_counts = [int(x) for x in sizes.split(",")]
-    except ValueError:
-        raise UserError(f"--sizes {sizes!r}: give host counts separated by commas, e.g. 16,128,1024") from None
-    _need_root("bench")
     from . import bench as b
-    for n in host_counts:
-        b.shape_for(n)                  # a bad size fails now, not after minutes of measuring the others
+    try:
+        build_sizes = b.parse_sizes(sizes)   # a bad size fails now, not after minutes of measuring the others
+    except ValueError as e:
+        raise UserError(f"--sizes {sizes!r}: {e}; give host counts or ft<k> separated by commas, "
+                        f"e.g. 16,128,1024,ft16") from None
+    if vs and any(not isinstance(x, int) for x in build_sizes):
+        raise UserError("--vs mininet: the Mininet baseline builds leaf-spine sizes (host counts), not ft<k>")
+    _need_root("bench")
     if what in ("build", "all"):
-        b.print_build(host_counts, vs=vs, mininet_timeout=mininet_timeout)
+        b.print_build(build_sizes, vs=vs, mininet_timeout=mininet_timeout)
     if what in ("pps", "all"):
         b.print_pps(seconds, rounds)
     if what in ("roce", "all"):

@@ -191,7 +191,7 @@ class Lab:
     def pfc_on(self) -> bool:
         """Some tier's switches run PFC (on a lossless priority)."""
         sw = self.scen.switch
-        return any(sw.qos(t).pfc.enabled and sw.qos(t).traffic_classes.lossless for t in ("leaf", "spine"))
+        return any(sw.qos(t).pfc.enabled and sw.qos(t).traffic_classes.lossless for t in self.topo.tiers)
 
     def _write_state(self) -> None:
         tmp = state_path(self.name).with_suffix(".tmp")

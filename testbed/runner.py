@@ -111,7 +111,8 @@ def _flow_rows(topo, traffic: Traffic, used: dict[int, int]) -> list[dict]:
         row = r.to_dict()
         row["paths_used"] = used.get(f.flow_id, 0)
         row["src_leaf"] = topo.leaf_of(f.src, f.rail)
-        row["dst_leaf"] = topo.leaf_of(f.dst, f.rail)
+        row["dst_leaf"] = topo.leaf_of(f.dst, f.to_rail)
+        row["dst_rail"] = f.to_rail
         if traffic.steps is not None:
             st = traffic.steps[i]
             row.update(job=st.job, iteration=st.iteration, step=st.index)

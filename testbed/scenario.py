@@ -7,6 +7,8 @@ document before validation, so they are checked exactly like the file.
 from __future__ import annotations
 
 import copy
+import re
+from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
@@ -14,6 +16,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from . import units
+from .topology.model import TIERS
 
 
 class ScenarioError(Exception):
@@ -34,7 +37,35 @@ def _unit(parser):
 Rate = Annotated[int, _unit(units.rate_bps), Field(gt=0)]
 Size = Annotated[int, _unit(units.size_bytes), Field(gt=0)]
 Time = Annotated[int, _unit(units.time_ns), Field(ge=0)]
-NodeName = Annotated[str, Field(pattern=r"^(h|leaf|spine)[0-9]+$")]
+NodeName = Annotated[str, Field(pattern=r"^(h|leaf|spine|core)[0-9]+$")]
+Delay = Annotated[int, _unit(units.time_ns), Field(ge=0, le=1_000_000_000)]
+
+
+def _whole_us(delay: int | None) -> None:
+    if delay and delay < 1000:
+        raise ValueError(f"delay: netem works in whole microseconds, got {delay} ns (use ≥ 1us or 0)")
+
+
+def _ratio(v):
+    """``2:1`` (also ``2``, ``1.5``) → the text ``a:b``. YAML 1.1 would read an unquoted 2:1 as the base-60
+    number 121; the scenario loader does not (see _Loader)."""
+    if v is None:
+        return v
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if v <= 0:
+            raise ValueError(f"expected a ratio like 2:1, got {v!r}")
+        f = Fraction(v).limit_denominator(1000)
+        a, b = f.numerator, f.denominator
+    elif isinstance(v, str) and (m := re.fullmatch(r"\s*([0-9]+)\s*:\s*([0-9]+)\s*", v)) and int(m[1]) and int(m[2]):
+        a, b = int(m[1]), int(m[2])
+    else:
+        raise ValueError(f"expected a ratio like 2:1, got {v!r}")
+    if a < b:
+        raise ValueError(f"must be at least 1:1 (hosts : uplink capacity of a leaf), got {a}:{b}")
+    return f"{a}:{b}"
+
+
+Ratio = Annotated[str, BeforeValidator(_ratio)]
 
 
 class Strict(BaseModel):
@@ -46,38 +77,183 @@ class LinkSpec(Strict):
     buffer: Size = units.size_bytes("256KB")
     # One-way propagation delay of the link (each direction), e.g. 50us. Emulated with netem under the shaping
     # qdisc, so it needs a kernel with sch_netem (`testbed doctor`: netem) — a distribution kernel or the VM.
-    delay: Annotated[int, _unit(units.time_ns), Field(ge=0, le=1_000_000_000)] = 0
+    delay: Delay = 0
 
     @model_validator(mode="after")
     def _delay_in_us(self):
-        if self.delay and self.delay < 1000:
-            raise ValueError(f"delay: netem works in whole microseconds, got {self.delay} ns (use ≥ 1us or 0)")
+        _whole_us(self.delay)
         return self
+
+
+class LinkOverrideSpec(Strict):
+    """One ``topology.links`` entry: the link between two nodes (both directions) gets these instead of its
+    kind's host_link / fabric_link values — a degraded or slower link, an asymmetric fabric."""
+    between: tuple[NodeName, NodeName]
+    rate: Optional[Rate] = None
+    buffer: Optional[Size] = None
+    delay: Optional[Delay] = None
+    weight: Optional[int] = Field(None, ge=1, le=65535)   # stored on the link and its ports for a later WCMP
+
+    @model_validator(mode="after")
+    def _says_something(self):
+        _whole_us(self.delay)
+        if self.rate is None and self.buffer is None and self.delay is None and self.weight is None:
+            raise ValueError("give at least one of rate, buffer, delay, weight for this link")
+        return self
+
+
+#: Keys that only some kinds use, with each kind's defaults (a key another kind uses must stay unset there).
+_KIND_KEYS = {
+    "leaf-spine": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2},
+    "clos3": {"pods": 2, "leaves_per_pod": 2, "spines_per_pod": 2, "cores": 2, "planes": 1, "hosts_per_leaf": 2},
+    "fat-tree": {"k": None, "oversubscription": "1:1", "hosts_per_leaf": None},
+}
+_WHY_NOT = {"fat-tree": "k sets every count of a fat-tree", "clos3": "use pods, leaves_per_pod, spines_per_pod, "
+            "cores, planes, hosts_per_leaf", "leaf-spine": "use spines, leaves, hosts_per_leaf"}
 
 
 class TopologySpec(Strict):
-    kind: Literal["leaf-spine"] = "leaf-spine"
-    spines: int = Field(2, ge=1, le=64)
-    leaves: int = Field(2, ge=1, le=256)
-    hosts_per_leaf: int = Field(2, ge=1, le=253)
+    kind: Literal["leaf-spine", "clos3", "fat-tree"] = "leaf-spine"
+    # leaf-spine (spines and leaves per rail)
+    spines: Optional[int] = Field(None, ge=1, le=64)
+    leaves: Optional[int] = Field(None, ge=1, le=256)
+    hosts_per_leaf: Optional[int] = Field(None, ge=1, le=253)      # every kind; fat-tree: k/2
     rails: int = Field(1, ge=1, le=8)
+    rails_share_spines: bool = False      # rails' leaves share one spine layer (SuperPOD); default: planes
+    # fat-tree
+    k: Optional[int] = Field(None, ge=4, le=16)
+    oversubscription: Optional[Ratio] = None    # a:b hosts to uplinks per leaf; removes uplinks (clos.py)
+    # clos3
+    pods: Optional[int] = Field(None, ge=1, le=64)
+    leaves_per_pod: Optional[int] = Field(None, ge=1, le=64)
+    spines_per_pod: Optional[int] = Field(None, ge=1, le=64)
+    cores: Optional[int] = Field(None, ge=1, le=256)
+    planes: Optional[int] = Field(None, ge=1, le=64)       # core planes; spine a of a pod → plane a mod planes
     mtu: int = Field(1500, ge=576, le=9000)
     host_link: LinkSpec = LinkSpec()
     fabric_link: LinkSpec = LinkSpec()
+    links: list[LinkOverrideSpec] = []
     offloads: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_defaults(cls, data):
+        """Fill the defaults of the keys this kind uses, so that the resolved scenario shows them and the keys
+        of other kinds stay None (and are refused when given)."""
+        if not isinstance(data, dict):
+            return data
+        own = _KIND_KEYS.get(data.get("kind", "leaf-spine"))
+        if own is None:
+            return data                   # an unknown kind: the field says so
+        data = dict(data)
+        for key, value in own.items():
+            if data.get(key) is None:
+                data[key] = value
+        k = data.get("k")
+        if "k" in own and data.get("hosts_per_leaf") is None and isinstance(k, int) and not isinstance(k, bool):
+            data["hosts_per_leaf"] = k // 2
+        return data
+
     @model_validator(mode="after")
-    def _fits_address_plan(self):
-        from .topology import max_leaves_per_rail
-        limit = max_leaves_per_rail(self.rails)
-        if self.leaves > limit:
-            raise ValueError(f"leaves: at most {limit} leaves per rail fit the address plan with "
-                             f"{self.rails} rail(s), got {self.leaves}")
+    def _fits_kind(self):
+        own = _KIND_KEYS[self.kind]
+        for key in ("spines", "leaves", "k", "oversubscription", "pods", "leaves_per_pod", "spines_per_pod",
+                    "cores", "planes"):
+            if key not in own and getattr(self, key) is not None:
+                raise ValueError(f"{key}: not a key of kind {self.kind} ({_WHY_NOT[self.kind]})")
+        if self.kind != "leaf-spine" and self.rails != 1:
+            raise ValueError(f"rails: multi-rail hosts are a leaf-spine layout (kind {self.kind} gives each host "
+                             f"one NIC), got {self.rails}")
+        if self.rails_share_spines and self.kind != "leaf-spine":
+            raise ValueError(f"rails_share_spines: rails are a leaf-spine layout, got kind {self.kind}")
+        if self.rails_share_spines and self.rails < 2:
+            raise ValueError("rails_share_spines: needs rails ≥ 2 (one rail has no other rail to share spines "
+                             f"with), got rails: {self.rails}")
+        if self.kind == "leaf-spine":
+            from .topology import max_leaves_per_rail
+            limit = max_leaves_per_rail(self.rails)
+            if self.leaves > limit:
+                raise ValueError(f"leaves: at most {limit} leaves per rail fit the address plan with "
+                                 f"{self.rails} rail(s), got {self.leaves}")
+        elif self.kind == "fat-tree":
+            self._fat_tree()
+        else:
+            self._clos3()
+        self._links_exist()
         return self
+
+    def _fat_tree(self) -> None:
+        from .topology.clos import fat_tree_uplinks
+        k = self.k
+        if k is None:
+            raise ValueError("k: kind fat-tree needs k (even, 4–16: k pods, k³/4 hosts)")
+        if k % 2:
+            raise ValueError(f"k: must be even, got {k}")
+        if self.hosts_per_leaf != k // 2:
+            raise ValueError(f"hosts_per_leaf: a fat-tree of k = {k} has k/2 = {k // 2} hosts per leaf (leave the "
+                             f"key out), got {self.hosts_per_leaf}")
+        up = fat_tree_uplinks(k, self.oversubscription_ratio)
+        if up < 1:
+            raise ValueError(f"oversubscription: {self.oversubscription} leaves no uplink (k/2 = {k // 2} uplinks "
+                             f"per leaf ÷ {self.oversubscription_ratio} = {up})")
+        if up.denominator != 1:
+            raise ValueError(f"oversubscription: {self.oversubscription} does not leave a whole number of uplinks "
+                             f"(k/2 = {k // 2} ÷ {self.oversubscription_ratio} = {up}); use a ratio that divides "
+                             f"{k // 2}, e.g. {k // 2}:1")
+
+    def _clos3(self) -> None:
+        from .topology.clos import MAX_SLASH24, shape
+        if self.planes > self.spines_per_pod or self.spines_per_pod % self.planes:
+            raise ValueError(f"planes: must divide spines_per_pod ({self.spines_per_pod}), got {self.planes}")
+        if self.cores % self.planes:
+            raise ValueError(f"cores: must be a multiple of planes ({self.planes}), got {self.cores}")
+        sh = shape(self)
+        if sh.slash24s > MAX_SLASH24:
+            raise ValueError(f"pods: {self.pods} pods × {1 << sh.leaf_bits} leaf /24s (leaves_per_pod rounded up "
+                             f"to a power of two) do not fit 198.18.0.0/15 ({MAX_SLASH24} /24s), got {self.pods}")
+
+    def _links_exist(self) -> None:
+        """Every ``links`` entry names two nodes of this topology that a link joins, once."""
+        if not self.links:
+            return
+        from .topology import build, node_names
+        names = set(node_names(self))
+        seen: dict[frozenset, int] = {}
+        linked = None
+        for i, o in enumerate(self.links):
+            a, b = o.between
+            where = f"@topology.links.{i}.between"
+            for n in (a, b):
+                if n not in names:
+                    raise ValueError(f"{where}: no node {n!r} in this topology")
+            if a == b:
+                raise ValueError(f"{where}: a link joins two different nodes, got [{a}, {b}]")
+            pair = frozenset((a, b))
+            if pair in seen:
+                raise ValueError(f"{where}: {a}–{b} is already overridden by topology.links.{seen[pair]}")
+            seen[pair] = i
+            if linked is None:
+                linked = {frozenset((ln.a.node, ln.b.node)) for ln in build(self).links}
+            if pair not in linked:
+                raise ValueError(f"{where}: {a} and {b} are not linked")
+
+    @property
+    def oversubscription_ratio(self) -> Fraction:
+        a, _, b = (self.oversubscription or "1:1").partition(":")
+        return Fraction(int(a), int(b))
+
+    @property
+    def tiers(self) -> tuple[str, ...]:
+        """The switch tiers this kind has (the keys switch.tiers may use)."""
+        return TIERS[:2] if self.kind == "leaf-spine" else TIERS
 
     @property
     def hosts(self) -> int:
-        return self.leaves * self.hosts_per_leaf
+        if self.kind == "leaf-spine":
+            return self.leaves * self.hosts_per_leaf
+        from .topology.clos import shape
+        s = shape(self)
+        return s.pods * s.leaves * s.hosts
 
 
 Priority = Annotated[int, Field(ge=0, le=7)]
@@ -149,7 +325,7 @@ class SwitchSpec(Strict):
     traffic_classes: TrafficClassSpec = TrafficClassSpec()
     ecn: EcnMap = None
     pfc: PfcSpec = PfcSpec()
-    tiers: dict[Literal["leaf", "spine"], QosSpec] = {}
+    tiers: dict[Literal[TIERS], QosSpec] = {}
 
     def qos(self, tier: str) -> "ResolvedQos":
         """The effective settings of a tier's switches: the tier's override where it sets a key, else these."""
@@ -164,7 +340,7 @@ class SwitchSpec(Strict):
     @property
     def classes_on(self) -> bool:
         """True when any tier uses more than one priority or PFC: ports then get HTB + one class per priority."""
-        for t in ("leaf", "spine"):
+        for t in TIERS:                 # a tier the topology lacks is refused in Scenario, so all may be read
             q = self.qos(t)
             if q.pfc.enabled or q.traffic_classes.dscp or q.traffic_classes.default:
                 return True
@@ -264,6 +440,7 @@ class TrafficSpec(Strict):
     dport: int = Field(5001, ge=1, le=65000)
     packet_size: Optional[int] = Field(None, ge=64, le=9000)   # IP packet size; None = MTU
     dscp: int = Field(0, ge=0, le=63)         # DSCP of every flow's packets (IP_TOS)
+    rail_shift: int = Field(0, ge=0, le=7)    # flow on rail r goes to the destination's NIC on rail r + shift
     ecn: Literal["none", "ect0", "ect1"] = "none"   # ECN codepoint UDP senders put on their packets
 
     @model_validator(mode="after")
@@ -326,6 +503,11 @@ class Scenario(Strict):
             if n not in names:
                 raise ValueError(f"@{path}: no node {n!r} in this topology "
                                  f"({self.topology.hosts} hosts h0..h{self.topology.hosts - 1})")
+        for tier in self.switch.tiers:
+            if tier not in self.topology.tiers:
+                raise ValueError(f"@switch.tiers.{tier}: this topology has no {tier} switches "
+                                 f"(kind {self.topology.kind}: {', '.join(self.topology.tiers)})")
+        self._rail_shift_crosses()
         self._pfc_does_something()
         for a, b in self.traffic.pairs:
             if a == b:
@@ -334,11 +516,24 @@ class Scenario(Strict):
                 raise ValueError(f"@traffic.pairs: flows run between hosts, got [{a}, {b}]")
         return self
 
+    def _rail_shift_crosses(self) -> None:
+        """Cross-rail flows need a path between rails, and a shift that is a whole number of rails is none."""
+        shift, topo = self.traffic.rail_shift, self.topology
+        if not shift:
+            return
+        if self.traffic.jobs:
+            raise ValueError("@traffic.rail_shift: applies to pattern flows; collective jobs run on rail 0")
+        if shift % topo.rails == 0:
+            raise ValueError(f"@traffic.rail_shift: {shift} is a multiple of topology.rails ({topo.rails}): every "
+                             f"flow would stay on its own rail")
+        if not topo.rails_share_spines:
+            raise ValueError(f"@traffic.rail_shift: cross-rail flows need topology.rails_share_spines: true "
+                             f"(separate rail planes are not connected), got {shift}")
 
     def _pfc_does_something(self) -> None:
         """PFC that could never pause anything is a mistake, not a configuration: refuse it with the fix."""
         sw, t = self.switch, self.traffic
-        on = {tier: sw.qos(tier) for tier in ("leaf", "spine") if sw.qos(tier).pfc.enabled}
+        on = {tier: sw.qos(tier) for tier in self.topology.tiers if sw.qos(tier).pfc.enabled}
         for tier, q in on.items():
             if not q.traffic_classes.lossless:
                 o = sw.tiers.get(tier)
@@ -361,6 +556,22 @@ class Scenario(Strict):
 
 
 # ---------------------------------------------------------------- loading and overrides
+
+_BASE60 = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe YAML without YAML 1.1's base-60 numbers: ``oversubscription: 2:1`` is the text 2:1, not 121."""
+
+    def resolve(self, kind, value, implicit):
+        if kind is yaml.ScalarNode and implicit[0] and _BASE60.match(value):
+            return "tag:yaml.org,2002:str"
+        return super().resolve(kind, value, implicit)
+
+
+def _yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)
+
 
 def _fmt_error(err: dict) -> str:
     loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "literal[", "union[")))
@@ -404,7 +615,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ScenarioError(f"--set {text!r}: expected key.path=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = _yaml(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
     return key.strip(), value
@@ -432,7 +643,7 @@ def load(path: str | Path, overrides: tuple[str, ...] = ()) -> Scenario:
     except OSError as e:
         raise ScenarioError(f"{path}: cannot read scenario ({e.strerror})") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = _yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -63,6 +63,7 @@ def test_compile_probe():
     {},
     {"spines": 64, "leaves": 4, "hosts_per_leaf": 2, "rails": 2},     # groups of 64 next hops
     {"spines": 8, "leaves": 32, "hosts_per_leaf": 32},                # 1,024 hosts
+    {"kind": "fat-tree", "k": 16},                                    # 1,024 hosts, 320 switches, 3 tiers
 ])
 def test_loads_for_every_shape(topo):
     scen = scenario.from_dict({"topology": topo})

@@ -234,7 +234,7 @@ class Datapath:
 
     def priorities(self) -> list[int]:
         """Priorities any switch uses (the queues worth reading)."""
-        return sorted({p for sw in ("leaf", "spine") for p in self.switch_spec.qos(sw).priorities()})
+        return sorted({p for t in self.topo.tiers for p in self.switch_spec.qos(t).priorities()})
 
     def _fill_qos(self):
         cfg_t, pq_t = self._bpf[b"qos_config"], self._bpf[b"port_qos"]

@@ -113,10 +113,15 @@ class Fabric:
                 self._shaper(bt, p)
                 if p.address:
                     bt.address(p.ifindex, p.address, 32)
+        neighbours = set()
         for r in topo.routes:
             bt = batches[r.node]
-            bt.neighbour(r.ifindex, r.gateway, r.gateway_mac)
-            bt.route(r.dst, r.gateway, r.ifindex, prefsrc=r.prefsrc)
+            if (r.node, r.ifindex) not in neighbours:       # a NIC with its own table has two routes
+                neighbours.add((r.node, r.ifindex))
+                bt.neighbour(r.ifindex, r.gateway, r.gateway_mac)
+            bt.route(r.dst, r.gateway, r.ifindex, prefsrc=r.prefsrc, table=r.table)
+        for rule in topo.rules:
+            batches[rule.node].rule(rule.src, rule.table, rule.priority)
         self._commit(batches)
         t = self._phase("config", t)
         self._add_delays(batches)
@@ -162,14 +167,21 @@ class Fabric:
         except NetlinkError as e:
             if "ENOENT" in str(e) or "EOPNOTSUPP" in str(e):
                 from ..doctor import Capability, MissingFeature, kernel_release
-                keys = sorted({f"topology.{'host' if p.role in ('nic', 'down') else 'fabric'}_link.delay"
-                               for _, p in delayed})
+                keys = sorted({self._delay_key(p) for _, p in delayed})
                 raise MissingFeature(
                     f"{' and '.join(keys)}: link delay needs the netem qdisc, which this kernel "
                     f"({kernel_release()}) does not have (`testbed doctor`: netem absent); remove the delay "
                     f"or run on a distribution kernel (the VM: `testbed vm run -- …`, see README)",
                     [Capability("netem", False, str(e), "link delay (netem)")]) from None
             raise FabricError(str(e)) from None
+
+    def _delay_key(self, p) -> str:
+        """The scenario key a port's delay came from: its link kind's, or a ``topology.links`` override."""
+        spec = self.topo.spec
+        kind = "host" if p.role in ("nic", "down") else "fabric"
+        if p.delay_ns != getattr(spec, f"{kind}_link").delay:
+            return "topology.links.*.delay"
+        return f"topology.{kind}_link.delay"
 
     def _commit(self, batches: dict[str, Batch]) -> None:
         for b in batches.values():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..topology import Port, Topology
+from ..topology import TIERS, Port, Topology
 
 N_PRIO = 8                      # 802.1p priorities
 HTB_CLASS_BASE = 0x10           # classid 1:(HTB_CLASS_BASE + prio)
@@ -139,7 +139,7 @@ def port_configs(topo: Topology, switch_spec, hosts_pfc: bool = False) -> dict[i
     """ifindex → PortConfig of every port of the topology, from the scenario's ``switch`` section (buffers,
     traffic classes, PFC per tier) and ``hosts.pfc`` (host NICs get classes only when they obey PFC)."""
     classes_on = switch_spec.classes_on
-    switch_prios = tuple(sorted({p for t in ("leaf", "spine") for p in switch_spec.qos(t).priorities()}))
+    switch_prios = tuple(sorted({p for t in topo.tiers for p in switch_spec.qos(t).priorities()}))
     out = {}
     for ports in topo.ports.values():
         for p in ports:
@@ -161,7 +161,7 @@ def port_configs(topo: Topology, switch_spec, hosts_pfc: bool = False) -> dict[i
 def headroom_warnings(ports: dict[int, PortConfig], switch_spec) -> list[str]:
     """One line per tier whose PFC headroom is below the computed minimum for its fastest port."""
     out = []
-    for tier in ("leaf", "spine"):
+    for tier in TIERS:                      # a tier without ports is skipped below
         q = switch_spec.qos(tier)
         if not (q.pfc.enabled and q.traffic_classes.lossless):
             continue

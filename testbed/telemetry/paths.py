@@ -18,7 +18,7 @@ def paths_used(topo: Topology, flow_paths, flows) -> dict[int, int]:
     out = {}
     for f in flows:
         leaf = topo.leaf_of(f.src, f.rail)
-        if topo.leaf_of(f.dst, f.rail) == leaf:
+        if topo.leaf_of(f.dst, f.to_rail) == leaf:
             out[f.flow_id] = 0                 # never leaves its leaf
             continue
         ports: set[int] = set()

@@ -8,14 +8,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: Switch tiers from the hosts up, named after their nodes: leaf (edge), spine (aggregation in a 3-tier
+#: fabric), core. The one list every per-tier setting (``switch.tiers``) and loop over tiers comes from.
+TIERS = ("leaf", "spine", "core")
+#: Port roles. "up" stays "an edge switch's uplink" in every topology: the report's uplink metrics and the
+#: per-flow paths are measured there; a 3-tier fabric's spine→core ports get their own role.
+ROLES = {"nic": "host → its leaf", "down": "leaf → host", "up": "leaf → spine", "spine": "spine → leaf",
+         "spine-up": "spine → core", "core": "core → spine"}
+RT_TABLE_MAIN = 254
+
 
 @dataclass(frozen=True)
 class Node:
     name: str
-    kind: str              # "host" | "leaf" | "spine"
+    kind: str              # "host" | "leaf" | "spine" | "core"
     index: int             # the number in the name
-    rail: int | None       # switches: their plane; hosts: None (they sit on every rail)
-    group: int | None      # hosts and leaves: host group (leaf position within a rail); spines: None
+    rail: int | None       # switches: their plane (None: shared by every rail); hosts: None (on every rail)
+    group: int | None      # hosts and leaves: host group = the edge switch (leaf-spine: leaf position within
+                           # a rail; 3-tier: the leaf's number); spines and cores: None
+    pod: int | None = None  # 3-tier fabrics: the pod of hosts, leaves and spines; None elsewhere
 
     @property
     def is_switch(self) -> bool:
@@ -32,13 +43,15 @@ class Port:
     peer_ifname: str
     peer_ifindex: int
     peer_mac: str
-    role: str              # "nic" (host), "down" (leaf→host), "up" (leaf→spine), "spine" (spine→leaf)
-    tier: str              # the kind of the node it belongs to: "host" | "leaf" | "spine"
+    role: str              # "nic" (host), "down" (leaf→host), "up" (leaf→spine), "spine" (spine→leaf),
+                           # "spine-up" (spine→core), "core" (core→spine); see ROLES
+    tier: str              # the kind of the node it belongs to: "host" | "leaf" | "spine" | "core"
     rate_bps: int
     buffer_bytes: int
     rail: int
     address: str | None = None   # hosts only: the NIC's /32
     delay_ns: int = 0            # propagation delay of the link leaving this port (netem under the shaper)
+    weight: int = 1              # topology.links weight (for a later WCMP; not used by the datapath yet)
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,7 @@ class Link:
     tier: str              # "host" | "fabric"
     rate_bps: int
     buffer_bytes: int
+    weight: int = 1        # topology.links weight, also on both ports (unused until WCMP)
 
 
 @dataclass(frozen=True)
@@ -60,6 +74,17 @@ class HostRoute:
     ifindex: int
     prefsrc: str
     gateway_mac: str       # permanent neighbour entry
+    table: int = RT_TABLE_MAIN   # routing table (a NIC's own table with rails_share_spines, see HostRule)
+
+
+@dataclass(frozen=True)
+class HostRule:
+    """Source-address policy routing: packets from ``src`` use ``table``. With rails sharing the spines a flow
+    may go from NIC r to another rail's address; the rule keeps it on the NIC its socket is bound to."""
+    node: str
+    src: str
+    table: int
+    priority: int
 
 
 @dataclass(frozen=True)
@@ -78,6 +103,7 @@ class Topology:
     links: list[Link]
     ports: dict[str, list[Port]] = field(default_factory=dict)      # node → its ports, in creation order
     routes: list[HostRoute] = field(default_factory=list)
+    rules: list[HostRule] = field(default_factory=list)
     fib: list[FibEntry] = field(default_factory=list)
     switch_ids: dict[str, int] = field(default_factory=dict)        # switch → small integer id for BPF maps
 
@@ -98,7 +124,14 @@ class Topology:
     def address(self, host: str, rail: int = 0) -> str:
         return self.port_named(host, f"eth{rail}").address
 
+    @property
+    def tiers(self) -> tuple[str, ...]:
+        """The switch tiers this topology has, hosts upwards (a subset of TIERS)."""
+        kinds = {v.kind for v in self.nodes.values()}
+        return tuple(t for t in TIERS if t in kinds)
+
     def uplinks(self, leaf: str) -> list[Port]:
+        """An edge (leaf) switch's ports towards the next tier up: what ECMP spreads over and the report counts."""
         return [p for p in self.ports[leaf] if p.role == "up"]
 
     def leaf_of(self, host: str, rail: int = 0) -> str:

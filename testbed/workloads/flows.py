@@ -18,7 +18,9 @@ ports); ``sequential`` gives flow i the port sport_base + i; a fixed integer giv
 With a fixed source port two flows between the same hosts would share a 5-tuple, so then flow k of a pair goes to
 ``dport + k`` instead (the other modes keep one ``dport`` for every flow): low entropy, on purpose.
 
-Rails: with R rails, flow k of a pair uses rail k % R (the source and destination addresses of that rail).
+Rails: with R rails, flow k of a pair uses rail k % R (the source and destination addresses of that rail);
+with ``rail_shift`` s (rails sharing their spines) it leaves on NIC k % R and goes to the destination's NIC on
+rail (k + s) % R — cross-rail traffic, leaf→spine→leaf.
 """
 from __future__ import annotations
 
@@ -49,6 +51,12 @@ class Flow:
     dscp: int = 0                    # DSCP of its packets (IP_TOS)
     ecn: str = "none"                # ECN codepoint UDP puts on its packets: none | ect0 | ect1
     prio: Optional[int] = None       # host NIC class (SO_PRIORITY → HTB class 1:(0x10+prio)); None = default
+    dst_rail: Optional[int] = None   # the destination NIC's rail; None = ``rail`` (same-rail traffic)
+
+    @property
+    def to_rail(self) -> int:
+        """The rail of the destination address (differs from ``rail`` for cross-rail flows)."""
+        return self.rail if self.dst_rail is None else self.dst_rail
 
     @property
     def tos(self) -> int:
@@ -83,7 +91,8 @@ class Flow:
 # ---------------------------------------------------------------- patterns → (src, dst) pairs
 
 def _host_group(topo, host: str) -> int:
-    """The host's leaf position (the same on every rail)."""
+    """The host's edge switch: its leaf position in a leaf-spine (the same on every rail), its leaf in a 3-tier
+    fabric — so a permutation's destinations sit behind another leaf and every flow uses the leaf's uplinks."""
     node = topo.nodes[host]
     return node.group if node.group is not None else 0
 
@@ -207,6 +216,7 @@ def plan(traffic, topo, seed: int, duration_s: float) -> list[Flow]:
     rng = random.Random(seed)
     pairs = pairs_for(traffic, topo, rng)
     rails = getattr(topo.spec, "rails", 1)
+    shift = getattr(traffic, "rail_shift", 0)
     k_per_pair = traffic.flows_per_pair
     n = len(pairs) * k_per_pair
     start_s = traffic.start / 1e9
@@ -239,11 +249,12 @@ def plan(traffic, topo, seed: int, duration_s: float) -> list[Flow]:
         for k in range(k_per_pair):
             i = p * k_per_pair + k
             rail = k % rails
+            to = (rail + shift) % rails
             flows.append(Flow(flow_id=i, src=src, dst=dst, src_addr=topo.address(src, rail),
-                              dst_addr=topo.address(dst, rail), sport=sports[i], dport=dports[k],
+                              dst_addr=topo.address(dst, to), sport=sports[i], dport=dports[k],
                               proto=engine.proto, size_bytes=traffic.flow_size, rate_bps=traffic.rate,
                               start_s=start_s, rail=rail, engine=name, opts=opts,
-                              dscp=traffic.wire_dscp, ecn=traffic.ecn))
+                              dscp=traffic.wire_dscp, ecn=traffic.ecn, dst_rail=to if to != rail else None))
     return flows
 
 
