@@ -153,7 +153,7 @@ class Lab:
                 raise LabError(f"lab '{self.name}' is already running{who}: "
                                f"`testbed down {self.name}` first, or pick another name")
         state = {"name": self.name, "kind": self.kind, "pid": os.getpid() if self.kind == "run" else None,
-                 "created": time.time(), "source": self.source, "scenario": to_dict(self.scen),
+                 "created": time.time(), "source": self.source, "scenario": to_dict(self.scen, roundtrip=True),
                  "nodes": {n: self.fabric.ns[n] for n in self.topo.nodes}}
         self._state = state
         self._write_state()

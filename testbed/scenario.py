@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError,
+                      model_validator)
 
 from . import units
 from .topology.model import TIERS
@@ -23,7 +24,13 @@ class ScenarioError(Exception):
     """A scenario problem, already phrased for the user (one line, key path first)."""
 
 
+_SUFFIX = {units.rate_bps: "bit", units.size_bytes: "B", units.time_ns: "ns"}
+
+
 def _unit(parser):
+    """A quantity with units: parsed from text like `40mbit`; written back as plain integers (bit/s, bytes, ns),
+    or — in a round-trip dump (``to_dict(roundtrip=True)``) — with its unit, so it parses back to itself (a
+    bare number would read as seconds)."""
     def parse(v):
         if v is None:
             return v
@@ -31,14 +38,18 @@ def _unit(parser):
             return parser(v)
         except ValueError as e:
             raise ValueError(str(e)) from None
-    return BeforeValidator(parse)
+
+    def dump(v, info):
+        ctx = info.context or {}
+        return f"{v}{_SUFFIX[parser]}" if v is not None and ctx.get("roundtrip") else v
+    return BeforeValidator(parse), PlainSerializer(dump)
 
 
-Rate = Annotated[int, _unit(units.rate_bps), Field(gt=0)]
-Size = Annotated[int, _unit(units.size_bytes), Field(gt=0)]
-Time = Annotated[int, _unit(units.time_ns), Field(ge=0)]
+Rate = Annotated[int, *_unit(units.rate_bps), Field(gt=0)]
+Size = Annotated[int, *_unit(units.size_bytes), Field(gt=0)]
+Time = Annotated[int, *_unit(units.time_ns), Field(ge=0)]
 NodeName = Annotated[str, Field(pattern=r"^(h|leaf|spine|core)[0-9]+$")]
-Delay = Annotated[int, _unit(units.time_ns), Field(ge=0, le=1_000_000_000)]
+Delay = Annotated[int, *_unit(units.time_ns), Field(ge=0, le=1_000_000_000)]
 
 
 def _whole_us(delay: int | None) -> None:
@@ -312,7 +323,7 @@ class AdaptiveSpec(Strict):
     granularity: Literal["packet", "flowlet"] = "packet"    # choose per packet (reorders) or per flowlet
     metric: Literal["queue", "load", "queue+load"] = "queue"   # queued bytes, recent tx bytes, or their sum
     flowlet_timeout: Optional[Time] = None                  # granularity flowlet; None = switch.flowlet_timeout
-    load_window: Annotated[int, _unit(units.time_ns), Field(gt=0)] = units.time_ns("1ms")   # the load metric's memory
+    load_window: Annotated[int, *_unit(units.time_ns), Field(gt=0)] = units.time_ns("1ms")   # the load metric's memory
 
 
 class SwitchSpec(Strict):
@@ -373,9 +384,9 @@ class RoceSpec(Strict):
     entropy_values: int = Field(8, ge=1, le=4096)   # source ports cycled over with entropy: packet
     message_size: Optional[Size] = None             # RDMA WRITE size; None = the whole flow (1MB for duration flows)
     mtu: Optional[Literal[256, 512, 1024, 2048, 4096]] = None   # IB path MTU; None = largest fitting packet_size
-    rto: Annotated[int, _unit(units.time_ns), Field(ge=100_000)] = units.time_ns("10ms")
+    rto: Annotated[int, *_unit(units.time_ns), Field(ge=100_000)] = units.time_ns("10ms")
     reorder_window: int = Field(32, ge=1, le=1 << 20)   # ooo receiver: NAK a hole this many PSNs behind …
-    reorder_time: Optional[Annotated[int, _unit(units.time_ns), Field(ge=0)]] = None   # … and this long after
+    reorder_time: Optional[Annotated[int, *_unit(units.time_ns), Field(ge=0)]] = None   # … and this long after
                                                     # (None = rto / 4): sprayed paths reorder by queueing-delay spread
     drop_prob: float = Field(0.0, ge=0.0, le=0.5)   # test-only: receiver discards this fraction of data packets
     ce_prob: float = Field(0.0, ge=0.0, le=1.0)     # test-only: sender CE-marks this fraction of packets
@@ -474,13 +485,13 @@ class TrafficSpec(Strict):
 
 
 class TelemetrySpec(Strict):
-    interval: Annotated[int, _unit(units.time_ns), Field(ge=10_000_000)] = units.time_ns("100ms")
+    interval: Annotated[int, *_unit(units.time_ns), Field(ge=10_000_000)] = units.time_ns("100ms")
 
 
 class Scenario(Strict):
     name: str = Field("scenario", pattern=r"^[A-Za-z0-9_.-]{1,40}$")
     seed: int = Field(1, ge=0)
-    duration: Annotated[int, _unit(units.time_ns), Field(gt=0)] = units.time_ns("5s")
+    duration: Annotated[int, *_unit(units.time_ns), Field(gt=0)] = units.time_ns("5s")
     topology: TopologySpec = TopologySpec()
     switch: SwitchSpec = SwitchSpec()
     hosts: HostsSpec = HostsSpec()
@@ -657,6 +668,7 @@ def load(path: str | Path, overrides: tuple[str, ...] = ()) -> Scenario:
     return scen
 
 
-def to_dict(scen: Scenario) -> dict:
-    """The scenario as resolved (every default filled in), for the manifest."""
-    return scen.model_dump(mode="json")
+def to_dict(scen: Scenario, roundtrip: bool = False) -> dict:
+    """The scenario as resolved (every default filled in), for the manifest (quantities as integers: bit/s,
+    bytes, ns); ``roundtrip``: quantities with their units, so ``from_dict`` reads back the same scenario."""
+    return scen.model_dump(mode="json", context={"roundtrip": roundtrip})
