@@ -317,7 +317,6 @@ def queue_model_run(qlab, stall_s: float = 0.0, resync: bool = True, classes: bo
     sock = netns.netlink_socket(lb.fabric.ns["leaf1"])
     samples = []
     stop = threading.Event()
-    t0 = time.monotonic()
     sampler = telemetry.LinkSampler(lb.topo, lb.datapath, 0.1, lb.fabric, resync=resync, resync_classes=classes)
 
     def sample():
