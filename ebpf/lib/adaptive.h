@@ -87,26 +87,33 @@ FTB_ALWAYS_INLINE __u64 ar_choose(const struct sw_config *cfg, const struct nh_g
 
 	if (!sc)
 		return start;
-	/* not unrolled: clang's unrolled remainder loop indexes the array in a way the verifier cannot bound */
+	/* not unrolled, and each index checked where it is used: clang's rewritten loops (an unrolled remainder,
+	 * a `!=` exit test on Debian 6.1's headers) index the array in ways the verifier cannot bound */
 #pragma clang loop unroll(disable)
-	for (__u32 i = 0; i < AR_CANDIDATES; i++) {
-		if (i >= n)
+	for (__u64 i = 0; i < AR_CANDIDATES; i++) {
+		__u64 c = i;
+
+		ftb_opaque(c);                /* the verifier must see the bound checked on the index it uses */
+		if (c >= n || c >= AR_CANDIDATES)
 			break;
-		slot = start + i;
+		slot = start + c;
 		if (slot >= n)
 			slot -= n;
-		ftb_opaque(slot);             /* index with the checked value (see ftb_opaque) */
+		ftb_opaque(slot);
 		if (slot >= MAX_NH)
 			break;
-		sc->cost[i] = ar_cost(cfg, g->ports[slot], prio, now);
+		sc->cost[c] = ar_cost(cfg, g->ports[slot], prio, now);
 	}
 #pragma clang loop unroll(disable)
-	for (__u32 i = 0; i < AR_CANDIDATES; i++) {
-		if (i >= n)
+	for (__u64 i = 0; i < AR_CANDIDATES; i++) {
+		__u64 c = i;
+
+		ftb_opaque(c);
+		if (c >= n || c >= AR_CANDIDATES)
 			break;
-		if (sc->cost[i] < best_cost) {
-			best_cost = sc->cost[i];
-			best = i;
+		if (sc->cost[c] < best_cost) {
+			best_cost = sc->cost[c];
+			best = c;
 		}
 	}
 	slot = start + best;
