@@ -175,7 +175,7 @@ class Lab:
             pfc_on = self.pfc_on
             if pfc_on and self.scen.hosts.pfc:
                 self.fabric.attach_host_ingress(self.datapath.host_ingress_fd, "ftb_host_ingress")
-            if pfc_on:
+            if pfc_on or self.scen.switch.credit_on:          # the flow-control agent runs PFC and credits
                 from .control.pfc import PfcAgent
                 self.pfc = PfcAgent(self.datapath, self.fabric, self.scen)
                 self.pfc.start()

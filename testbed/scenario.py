@@ -307,6 +307,17 @@ class PfcSpec(Strict):
         return self
 
 
+class CreditSpec(Strict):
+    """Credit-based link-level flow control of the lossless priorities, as InfiniBand does per virtual lane: the
+    receiving port grants the sender its free buffer (in `block`s), the sender transmits only what it was
+    granted, grants are renewed every `update_interval` as the receiver's queues drain. Lossless by
+    construction, with no round-trip headroom (testbed/control/credits.py)."""
+    enabled: bool = False
+    block: Size = 64                                  # credit granularity (bytes)
+    update_interval: Annotated[int, *_unit(units.time_ns), Field(ge=100_000)] = units.time_ns("1ms")
+    buffer: Optional[Size] = None                     # receive buffer per ingress and lane; None = the queue buffer
+
+
 EcnMap = Union[EcnSpec, dict[Priority, EcnSpec], None]
 
 
@@ -316,6 +327,7 @@ class QosSpec(Strict):
     traffic_classes: Optional[TrafficClassSpec] = None
     ecn: EcnMap = None                          # one curve for every priority, or {priority: curve}
     pfc: Optional[PfcSpec] = None
+    credit: Optional[CreditSpec] = None
 
 
 class AdaptiveSpec(Strict):
@@ -337,6 +349,7 @@ class SwitchSpec(Strict):
     traffic_classes: TrafficClassSpec = TrafficClassSpec()
     ecn: EcnMap = None
     pfc: PfcSpec = PfcSpec()
+    credit: CreditSpec = CreditSpec()
     tiers: dict[Literal[TIERS], QosSpec] = {}
 
     def qos(self, tier: str) -> "ResolvedQos":
@@ -347,16 +360,21 @@ class SwitchSpec(Strict):
             ecn = {p: ecn for p in range(8)}
         return ResolvedQos(buffer=o.buffer if o.buffer is not None else self.buffer,
                            traffic_classes=o.traffic_classes or self.traffic_classes,
-                           ecn=dict(ecn or {}), pfc=o.pfc or self.pfc)
+                           ecn=dict(ecn or {}), pfc=o.pfc or self.pfc, credit=o.credit or self.credit)
 
     @property
     def classes_on(self) -> bool:
-        """True when any tier uses more than one priority or PFC: ports then get HTB + one class per priority."""
+        """True when any tier uses more than one priority, PFC or credits: ports then get HTB + one class per
+        priority (flow control pauses or meters one class)."""
         for t in TIERS:                 # a tier the topology lacks is refused in Scenario, so all may be read
             q = self.qos(t)
-            if q.pfc.enabled or q.traffic_classes.dscp or q.traffic_classes.default:
+            if q.flow_control or q.traffic_classes.dscp or q.traffic_classes.default:
                 return True
         return False
+
+    @property
+    def credit_on(self) -> bool:
+        return any(self.qos(t).credit.enabled for t in TIERS)
 
 
 class ResolvedQos(Strict):
@@ -364,6 +382,17 @@ class ResolvedQos(Strict):
     traffic_classes: TrafficClassSpec
     ecn: dict[int, EcnSpec]
     pfc: PfcSpec
+    credit: CreditSpec
+
+    @property
+    def flow_control(self) -> Optional[str]:
+        """What keeps the lossless priorities lossless: "pfc", "credit" or None (then they are lossy)."""
+        return "pfc" if self.pfc.enabled else "credit" if self.credit.enabled else None
+
+    @property
+    def lossless(self) -> list[int]:
+        """The priorities flow control protects (`traffic_classes.lossless` where PFC or credits are on)."""
+        return list(self.traffic_classes.lossless) if self.flow_control else []
 
     def priorities(self) -> list[int]:
         tc = self.traffic_classes
@@ -543,28 +572,38 @@ class Scenario(Strict):
                              f"(separate rail planes are not connected), got {shift}")
 
     def _pfc_does_something(self) -> None:
-        """PFC that could never pause anything is a mistake, not a configuration: refuse it with the fix."""
+        """Flow control (PFC or credits) that could never act is a mistake, not a configuration: refuse it with
+        the fix. And one tier cannot run both on its lossless priorities."""
         sw, t = self.switch, self.traffic
-        on = {tier: sw.qos(tier) for tier in self.topology.tiers if sw.qos(tier).pfc.enabled}
+        on = {tier: sw.qos(tier) for tier in self.topology.tiers if sw.qos(tier).flow_control}
         for tier, q in on.items():
+            o = sw.tiers.get(tier)
+            if q.pfc.enabled and q.credit.enabled:
+                where = f"switch.tiers.{tier}" if o and o.credit is not None else "switch"
+                raise ValueError(f"@{where}.credit.enabled: credit-based flow control and PFC would both govern the "
+                                 f"lossless priorities of the {tier} switches; enable one of them")
+            fc, never = _fc_words(q)
             if not q.traffic_classes.lossless:
-                o = sw.tiers.get(tier)
                 where = f"switch.tiers.{tier}" if o and o.traffic_classes is not None else "switch"
-                raise ValueError(f"@{where}.traffic_classes.lossless: PFC is enabled ({tier} switches) but no "
-                                 f"priority is lossless, so it would never pause anything; make one lossless and "
-                                 f"send on it, e.g. {where}.traffic_classes: {{dscp: {{26: 3}}, lossless: [3]}} "
-                                 f"with traffic.dscp: 26")
+                raise ValueError(f"@{where}.traffic_classes.lossless: {fc} is enabled ({tier} switches) but no "
+                                 f"priority is lossless, so it would {never}; make one lossless and send on "
+                                 f"it, e.g. {where}.traffic_classes: {{dscp: {{26: 3}}, lossless: [3]}} with "
+                                 f"traffic.dscp: 26")
         if on and t.engine != "rxe":
             d = t.wire_dscp
             if all(q.traffic_classes.dscp.get(d, q.traffic_classes.default) not in q.traffic_classes.lossless
                    for q in on.values()):
                 q = next(iter(on.values()))
+                fc, never = _fc_words(q)
                 prio = q.traffic_classes.dscp.get(d, q.traffic_classes.default)
                 want = next((k for k, v in q.traffic_classes.dscp.items() if v in q.traffic_classes.lossless), None)
                 fix = f"set traffic.dscp: {want}" if want is not None else "map a DSCP to a lossless priority"
-                raise ValueError(f"@traffic.dscp: PFC protects priorities {q.traffic_classes.lossless} but the "
-                                 f"traffic (DSCP {d} → priority {prio}) is lossy, so PFC would never pause "
-                                 f"anything; {fix}")
+                raise ValueError(f"@traffic.dscp: {fc} protects priorities {q.traffic_classes.lossless} but the "
+                                 f"traffic (DSCP {d} → priority {prio}) is lossy, so {fc} would {never}; {fix}")
+
+
+def _fc_words(q: ResolvedQos) -> tuple[str, str]:
+    return ("PFC", "never pause anything") if q.pfc.enabled else ("credit flow control", "never meter anything")
 
 
 # ---------------------------------------------------------------- loading and overrides

@@ -3,6 +3,8 @@ tail-drop accounting, lossless queues, PFC Xoff detection and PFC frame parsing,
 
 The queue a packet sees is set directly in the `vq` map (virtual finish time = now + depth × time per byte), so
 every depth of the curve can be tested exactly. Same throwaway-namespace set-up as test_datapath_unit.py."""
+import contextlib
+import ctypes
 import math
 import os
 import time
@@ -247,16 +249,24 @@ def test_ingress_bytes_leave_with_the_egress_drain(dp, topo):
     assert dp.ingress_queued(inp.ifindex, 3) == 0 and dp.ingress_queued(light, 3) == 0
 
 
-def _big_queue(dp, out):
-    """Let ``out``'s queues hold anything (no tail drop), so repeated runs exercise the whole path."""
-    import ctypes
+@contextlib.contextmanager
+def unlimited(dp, *ifindexes):
+    """Let these ports' queues and ingress buffers hold anything (no tail drop, no overflow), so repeated runs
+    exercise the whole path; restored afterwards."""
     t = dp.bpf[b"port_qos"]
-    saved = t[t.Key(out.ifindex)]
-    big = t.Leaf()
-    ctypes.memmove(ctypes.addressof(big), bytes(saved), ctypes.sizeof(big))
-    big.buffer = big.lossless_limit = 1 << 40
-    t[t.Key(out.ifindex)] = big
-    return saved
+    saved = {i: bytes(t[t.Key(i)]) for i in ifindexes}
+    for i in ifindexes:
+        v = t[t.Key(i)]
+        v.buffer = v.lossless_limit = 1 << 40
+        v.ingress_limit = 0
+        t[t.Key(i)] = v
+    try:
+        yield
+    finally:
+        for i, raw in saved.items():
+            v = t.Leaf()
+            ctypes.memmove(ctypes.addressof(v), raw, ctypes.sizeof(v))
+            t[t.Key(i)] = v
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
@@ -270,8 +280,7 @@ def test_two_cpus_lose_no_byte_of_the_queue_model(dp, topo, same_ingress):
     import threading
     inp, out = ports(topo)
     light = inp.ifindex if same_ingress else other_ingress(topo)
-    saved = _big_queue(dp, out)
-    try:
+    with unlimited(dp, out.ifindex, inp.ifindex, light):
         freeze(dp, out, 3)
         k = out.ifindex * N_PRIO + 3
         v0 = dp.bpf[b"egress_paused"][dp.bpf[b"egress_paused"].Key(k)].value
@@ -304,8 +313,6 @@ def test_two_cpus_lose_no_byte_of_the_queue_model(dp, topo, same_ingress):
             assert dp.ingress_queued(light, 3) == n * lb
         st = dp.bpf[b"ingress_state"][dp.bpf[b"ingress_state"].Key(inp.ifindex * N_PRIO + 3)]
         assert st.bytes == (2 if same_ingress else 1) * n * la
-    finally:
-        dp.bpf[b"port_qos"][dp.bpf[b"port_qos"].Key(out.ifindex)] = saved
 
 
 def test_control_program_changes_the_model_atomically(dp, topo):
@@ -378,7 +385,6 @@ def test_cost_of_egress_logic(dp, topo, capsys):
     saved = t[t.Key(out.ifindex)]
     big = t.Leaf()
     ct_copy = bytes(saved)
-    import ctypes
     ctypes.memmove(ctypes.addressof(big), ct_copy, len(ct_copy))
     big.buffer = big.lossless_limit = 1 << 40          # never tail-drop: every repetition runs the whole path
     try:

@@ -85,7 +85,7 @@ struct qos_config {               /* qos_config[switch_id] */
 	__u32 lossless;           /* bit per priority */
 	__u32 pfc;                /* 1: PFC on for the lossless priorities */
 	__u32 ecn_on;             /* bit per priority */
-	__u32 pad;
+	__u32 credit;             /* 1: credit flow control for the lossless priorities (accounting, no Xoff) */
 	__u64 xoff;               /* bytes of one ingress (port, priority) still queued in the switch */
 	__u64 kmin[N_PRIO];
 	__u64 kmax[N_PRIO];
@@ -98,6 +98,8 @@ struct port_qos {                 /* port_qos[ifindex]: the egress port's serial
 	__u32 classes;            /* 1: HTB with one class per priority (skb->priority selects it) */
 	__u32 local;              /* index of the port within its switch (0 .. ACCT_SLOTS − 1) */
 	__u64 lossless_limit;     /* bytes the qdisc holds for a lossless queue: beyond, it is lost anyway */
+	__u64 ingress_limit;      /* bytes one lossless ingress (this port, a priority) may have queued in the
+	                           * switch: PFC xoff + headroom, or the credit buffer; 0 = no limit */
 };
 
 struct queue_stats {              /* per CPU, index ifindex * N_PRIO + prio */
@@ -109,6 +111,7 @@ struct queue_stats {              /* per CPU, index ifindex * N_PRIO + prio */
 	__u64 drops;              /* tail drops at the buffer */
 	__u64 pause_rx;           /* PFC frames received on this port for this priority (counted per priority) */
 	__u64 xoff_events;        /* Xoff crossings this ingress (port, prio) raised */
+	__u64 overflows;          /* lossless packets of this ingress dropped: its buffer (ingress_limit) was full */
 };
 
 /* PFC ingress accounting: the bytes that arrived on ingress (port, prio) and still sit in an egress queue of the
@@ -135,6 +138,7 @@ struct ingress_state {
 	__u64 last_ns;            /* last lossless arrival on it while paused (measures the upstream reaction) */
 	__u32 leaked;             /* packets that arrived after Xoff */
 	__u32 pad;
+	__u64 arrived;            /* bytes ever charged to this ingress (credits: what the sender used) */
 	struct ingress_chunk chunks[ACCT_SLOTS];
 };
 

@@ -36,5 +36,14 @@ struct pfc_agent_stats {
 	__u64 paused_ns;          /* completed pauses of this port's egress */
 };
 BPF_ARRAY(pfc_stats, struct pfc_agent_stats, PORT_SLOTS * N_PRIO);
+/* Written only by the agent's credit meter (testbed/control/credits.py), per receiving port and lane. */
+struct credit_agent_stats {
+	__u64 stalls;             /* times the sender ran out of credit (less than a frame granted) */
+	__u64 stall_ns;           /* time it spent stalled */
+	__u64 updates;            /* grants sent */
+	__u64 granted;            /* credit bytes granted in all */
+	__u64 since;              /* stalled since (ns), 0 = has credit */
+};
+BPF_ARRAY(credit_stats, struct credit_agent_stats, PORT_SLOTS * N_PRIO);
 
 #endif

@@ -228,6 +228,7 @@ FTB_ALWAYS_INLINE void pfc_charge(const struct qos_config *cfg, const struct por
 	ch->port = out;
 	acc = (st->bytes > gone ? st->bytes - gone : 0) + len;
 	st->bytes = acc;
+	st->arrived += len;
 	xoff_at = st->xoff_ns;
 	if (xoff_at) {
 		/* frames still arriving after Xoff: the upstream's reaction (a long pause leaks ~1 frame per 1.5 s
@@ -236,7 +237,7 @@ FTB_ALWAYS_INLINE void pfc_charge(const struct qos_config *cfg, const struct por
 			st->last_ns = now;
 			st->leaked++;
 		}
-	} else if (acc > cfg->xoff) {
+	} else if (cfg->pfc && acc > cfg->xoff) {
 		recount = 1;              /* the other chunks may have drained meanwhile */
 	}
 	bpf_spin_unlock(&st->lock);
@@ -264,12 +265,32 @@ FTB_ALWAYS_INLINE void pfc_charge(const struct qos_config *cfg, const struct por
 	pfc_events.ringbuf_output(&ev, sizeof(ev), 0);
 }
 
+/* Whether a lossless packet of `len` bytes arriving on (port `in`, priority `prio`) overflows that ingress's
+ * buffer (`limit` bytes still queued in the switch): the charged bytes are an upper bound (chunks drain lazily),
+ * so only near the limit is the exact figure recounted. Packets of one ingress accounted at once on several CPUs
+ * may pass the limit by one frame each. */
+FTB_ALWAYS_INLINE int ingress_full(__u32 in, __u64 prio, __u64 len, __u64 limit, __u64 now)
+{
+	__u32 ki = in * N_PRIO + prio;
+	struct ingress_state *st = ingress_state.lookup(&ki);
+	struct queue_stats *qi;
+
+	if (!st || *(volatile __u64 *)&st->bytes + len <= limit)
+		return 0;
+	if (ingress_recount(st, prio, now) + len <= limit)
+		return 0;
+	qi = queue_stats.lookup(&ki);
+	if (qi)
+		qi->overflows++;
+	return 1;
+}
+
 /* Account a packet of switch `sw`, arrived on `in`, leaving through `out`. Returns 0 to forward it, -1 when it
  * is tail-dropped (lossy priority, queue full). May CE-mark it, may raise Xoff for its ingress (PFC, lossless
  * priorities) and sets skb->priority to its HTB class. */
 FTB_ALWAYS_INLINE int qos_egress(struct __sk_buff *skb, __u32 sw, __u32 in, __u32 out, __u8 tos)
 {
-	struct port_qos *pq = port_qos.lookup(&out);
+	struct port_qos *pq = port_qos.lookup(&out), *pin;
 	struct qos_config *cfg;
 	struct queue_stats *qs;
 	struct vqueue *q;
@@ -296,6 +317,13 @@ FTB_ALWAYS_INLINE int qos_egress(struct __sk_buff *skb, __u32 sw, __u32 in, __u3
 	if (pa && *pa && *pa < now)
 		eff = *pa;                /* paused: the queue stopped draining then */
 	lossless = (cfg->lossless >> prio) & 1;
+	if (lossless) {           /* the ingress's own buffer first: PFC headroom or credits exhausted → lost */
+		pin = port_qos.lookup(&in);
+		if (pin && pin->ingress_limit && ingress_full(in, prio, len, pin->ingress_limit, now)) {
+			qs->drops++;
+			return -1;
+		}
+	}
 	if (vq_enqueue(q, eff, len * pq->ps_per_byte / 1000, pq->ps_per_byte, len,
 		       lossless ? pq->lossless_limit : pq->buffer, &depth, &pos) < 0) {
 		qs->drops++;
@@ -308,7 +336,7 @@ FTB_ALWAYS_INLINE int qos_egress(struct __sk_buff *skb, __u32 sw, __u32 in, __u3
 	mx = queue_max.lookup(&k);
 	if (mx && depth > *mx)
 		*mx = depth;
-	if (lossless && cfg->pfc)
+	if (lossless && (cfg->pfc || cfg->credit))        /* credits read the same per-ingress accounting */
 		pfc_charge(cfg, pq, in, out, prio, pos, pos > depth ? pos - depth : 0, len, now);
 	if (pq->classes)
 		skb->priority = HTB_MAJOR | (HTB_CLASS_BASE + prio);

@@ -102,7 +102,7 @@ class PfcAgent:
         self.msgs = {}            # (ifindex, prio) → (pause bytes, resume bytes)
         self.getq = {}            # (ifindex, prio) → RTM_GETQDISC of that class's TBF (its real backlog)
         ports = [p for sw in topo.switches for p in topo.ports[sw]]
-        if scen.hosts.pfc:
+        if scen.hosts.pfc or scen.switch.credit_on:         # host NICs obey PFC (hosts.pfc) or credits
             ports += [p for h in topo.hosts for p in topo.ports[h]]
         self.ports = {p.ifindex: p for p in ports}
         for node in {p.node for p in ports}:
@@ -247,6 +247,12 @@ class _Agent:
         self.mtu = owner.topo.spec.mtu
         self.slots = owner.dp.sizes["ACCT_SLOTS"]
         self.stop = False
+        sw = owner.scen.switch
+        self.credits = None
+        if sw.credit_on:
+            from .credits import CreditMeter
+            interval = min(sw.qos(t).credit.update_interval for t in owner.topo.tiers if sw.qos(t).credit.enabled)
+            self.credits = CreditMeter(self, interval)
         self.xon = {}
         for sw in owner.topo.switches:
             self.xon[sw] = owner.scen.switch.qos(owner.topo.nodes[sw].kind).pfc.xon
@@ -264,6 +270,8 @@ class _Agent:
         os.close(self.ready_w)
         while not self.stop:
             timeout = XON_POLL_S if self.watch else max(0.0, min(0.05, self.sweep_next - time.monotonic()))
+            if self.credits is not None:
+                timeout = min(timeout, max(0.0, (self.credits.next_ns - self._now()) / 1e9))
             try:
                 r, _, _ = select.select([fd], [], [], timeout)
             except InterruptedError:
@@ -272,6 +280,8 @@ class _Agent:
                 self.bpf.ring_buffer_consume()
             if self.watch:
                 self._check_xon()
+            if self.credits is not None:
+                self.credits.tick()
             if time.monotonic() >= self.sweep_next:
                 self._sweep()
         self._finish()
@@ -334,7 +344,7 @@ class _Agent:
                 v.pause_tx += 1
                 self.stats[k] = v
 
-    def _netlink(self, port: int, msg: bytes):
+    def netlink(self, port: int, msg: bytes):
         p = self.o.ports[port]
         s = self.o.nl[p.node]
         s.send(msg)
@@ -347,11 +357,9 @@ class _Agent:
         key = (port, prio)
         if key in self.egress_since or key not in self.o.msgs:
             return
-        self._netlink(port, self.o.msgs[key][0])
+        self.netlink(port, self.o.msgs[key][0])
         now = self._now()
-        self.paused[self.paused.Key(port * N_PRIO + prio)] = self.paused.Leaf(now)
-        self.egress_since[key] = now
-        self._resync(port, prio, now)
+        self.freeze(port, prio, now)
         down = self.o.ports[port].peer_ifindex
         t_xoff = self.xoff_at.get((down, prio))
         if t_xoff:
@@ -359,20 +367,33 @@ class _Agent:
 
     def _resume(self, port: int, prio: int):
         key = (port, prio)
-        since = self.egress_since.pop(key, None)
-        if since is None:
+        if key not in self.egress_since:
             return
-        idx = port * N_PRIO + prio
-        self._netlink(port, self.o.msgs[key][1])
+        self.netlink(port, self.o.msgs[key][1])
         now = self._now()
-        if not self._resync(port, prio, now):                  # the queue did not drain while paused
-            self._control(CTL_VQ_SHIFT, idx, since, now - since)
-        self.paused[self.paused.Key(idx)] = self.paused.Leaf(0)
-        sk = self.stats.Key(idx)
+        since = self.thaw(port, prio, now)
+        sk = self.stats.Key(port * N_PRIO + prio)
         st = self.stats[sk]
         st.paused_ns += now - since
         self.stats[sk] = st
-        self._kick(port, prio)
+        self.kick(port, prio)
+
+    def freeze(self, port: int, prio: int, now: int) -> None:
+        """Tell the queue model that (port, prio) stopped sending at ``now`` (paused by PFC, or out of credit)
+        and set it to the class's real backlog."""
+        self.paused[self.paused.Key(port * N_PRIO + prio)] = self.paused.Leaf(now)
+        self.egress_since[(port, prio)] = now
+        self._resync(port, prio, now)
+
+    def thaw(self, port: int, prio: int, now: int) -> int:
+        """The queue of (port, prio) sends again from ``now``: the model drains again (shifted by the time it
+        stood still, or resynchronised); returns when it had stopped."""
+        since = self.egress_since.pop((port, prio))
+        idx = port * N_PRIO + prio
+        if not self._resync(port, prio, now):                  # the queue did not drain while stopped
+            self._control(CTL_VQ_SHIFT, idx, since, now - since)
+        self.paused[self.paused.Key(idx)] = self.paused.Leaf(0)
+        return since
 
     def _resync(self, port: int, prio: int, eff: int | None) -> bool:
         """Set the queue model of (port, prio) to the class's real backlog, read while its serialiser is stopped
@@ -420,7 +441,9 @@ class _Agent:
         if rc != 0:
             self.errors.append(f"queue model control {op} on key {key}: {rc}")
 
-    def _kick(self, port: int, prio: int):
+    def kick(self, port: int, prio: int):
+        """Send a frame through the port's qdisc: HTB dequeues again now rather than when the stopped TBF's
+        watchdog (set for its old, near-zero rate) would fire."""
         p = self.o.ports[port]
         s = self.o.kick[port]
         try:
@@ -457,6 +480,8 @@ class _Agent:
             st.paused_ns += now - since
             self.stats[sk] = st
         out = dict(self.samples)
+        if self.credits is not None:
+            out["credits"] = self.credits.finish()
         out["errors"] = self.errors[:20]
         out["error_count"] = len(self.errors)
         out["degradations"] = self.degradations

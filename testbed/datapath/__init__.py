@@ -76,6 +76,7 @@ class QueueCounters:
     drops: int = 0
     pause_rx: int = 0
     xoff_events: int = 0
+    overflows: int = 0          # (as an ingress) lossless packets dropped for a full ingress buffer
     depth_max: int = 0
 
     @property
@@ -245,7 +246,8 @@ class Datapath:
             for d in range(64):
                 v.dscp_prio[d] = tc.dscp.get(d, tc.default)
             v.pfc = 1 if (q.pfc.enabled and tc.lossless) else 0
-            v.lossless = sum(1 << p for p in tc.lossless) if v.pfc else 0    # without PFC nothing is lossless
+            v.credit = 1 if (q.credit.enabled and tc.lossless) else 0
+            v.lossless = sum(1 << p for p in q.lossless)       # without PFC or credits nothing is lossless
             v.xoff = q.pfc.xoff
             for prio, e in q.ecn.items():
                 v.ecn_on |= 1 << prio
@@ -260,6 +262,7 @@ class Datapath:
                 w.buffer = c.buffer_bytes
                 w.classes = 1 if c.classes else 0
                 w.lossless_limit = c.lossless_limit
+                w.ingress_limit = c.ingress_buffer
                 pq_t[pq_t.Key(p.ifindex)] = w
 
     def port_buffer(self, port) -> int:
@@ -285,6 +288,7 @@ class Datapath:
                     c.drops += cpu.drops
                     c.pause_rx += cpu.pause_rx
                     c.xoff_events += cpu.xoff_events
+                    c.overflows += cpu.overflows
                 c.depth_max = int(max(mt.getvalue(mt.Key(k))))
                 out[(ifx, prio)] = c
         if reset_max:
@@ -304,6 +308,21 @@ class Datapath:
                 v = st[st.Key(k)]
                 since = pa[pa.Key(k)].value
                 out[(ifx, prio)] = (int(v.pause_tx), int(v.paused_ns) + (now - since if 0 < since < now else 0))
+        return out
+
+    def credit_counters(self, ports=None) -> dict[tuple[int, int], tuple[int, int, int]]:
+        """(receiving ifindex, priority) → (times its sender ran out of credit, ns it was stalled, including an
+        ongoing stall, credit bytes granted), from the credit meter's map (testbed/control/credits.py)."""
+        self._need()
+        st = self._bpf[b"credit_stats"]
+        now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        out = {}
+        for ifx in (ports if ports is not None else self._all_ports):
+            for prio in self.priorities():
+                v = st[st.Key(ifx * N_PRIO + prio)]
+                since = int(v.since)
+                out[(ifx, prio)] = (int(v.stalls), int(v.stall_ns) + (now - since if 0 < since < now else 0),
+                                    int(v.granted))
         return out
 
     def ingress_queued(self, ifindex: int, prio: int) -> int:

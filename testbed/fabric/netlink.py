@@ -123,6 +123,37 @@ def tbf_change_message(ifindex: int, handle: int, parent: int, rate_bps: int, bu
     return bytes(msg.data)
 
 
+class TbfBucket:
+    """A pre-encoded `tc qdisc change … tbf` whose bucket (burst) is rewritten in place: the credit meter sets a
+    sender's bucket every update, and encoding the whole request (with its rate table) each time cost a
+    millisecond. At a fixed rate only the buffer field (the burst as transmission time, in psched ticks) of
+    TCA_TBF_PARMS changes."""
+
+    def __init__(self, ifindex: int, handle: int, parent: int, rate_bps: int, limit: int):
+        from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
+        self._xmittime, self._rate = calc_xmittime, rate_bps / 8
+        self.msg = bytearray(tbf_change_message(ifindex, handle, parent, rate_bps, 1514, limit))
+        self.offset = self._buffer_offset()
+
+    def _buffer_offset(self) -> int:
+        off = 36                                              # nlmsghdr + tcmsg
+        while off + 4 <= len(self.msg):
+            ln, ty = struct.unpack_from("HH", self.msg, off)
+            if ty & 0x7FFF == 2:                               # TCA_OPTIONS
+                sub = off + 4
+                while sub + 4 <= off + ln:
+                    l2, t2 = struct.unpack_from("HH", self.msg, sub)
+                    if t2 & 0x7FFF == 1:                       # TCA_TBF_PARMS: rate, peakrate, limit, buffer, mtu
+                        return sub + 4 + 12 + 12 + 4
+                    sub += (l2 + 3) & ~3
+            off += (ln + 3) & ~3
+        raise NetlinkError("tbf change: no TCA_TBF_PARMS in the encoded request")
+
+    def with_burst(self, burst: int) -> bytes:
+        struct.pack_into("I", self.msg, self.offset, self._xmittime(self._rate, burst))
+        return bytes(self.msg)
+
+
 def qdisc_get_message(ifindex: int, handle: int, parent: int, seq: int = 1) -> bytes:
     """A pre-encoded RTM_GETQDISC request for one qdisc (the leaf under class ``parent``): its answer carries
     the qdisc's own backlog (parse it with ``qdisc_backlog``). The PFC agent reads a paused class's queue."""

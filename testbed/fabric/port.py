@@ -56,8 +56,13 @@ class PortConfig:
     buffer_bytes: int                 # one queue's buffer: lossy packets beyond it are tail-dropped
     classes: tuple[int, ...]          # priorities with an HTB class; () = a single TBF root
     default_prio: int                 # HTB's default class (traffic the switch program did not classify)
-    lossless: tuple[int, ...]         # priorities PFC protects at this port's switch (never tail-dropped at the
-                                      # buffer); () when its tier has PFC off: `lossless` without PFC is lossy
+    lossless: tuple[int, ...]         # priorities flow control protects at this port's switch (never tail-dropped
+                                      # at the buffer); () when its tier has neither PFC nor credits: lossy then
+    flow_control: str | None = None   # "pfc" | "credit" | None: what protects the lossless priorities
+    ingress_buffer: int = 0           # bytes one lossless ingress (this port, a priority) may have queued in its
+                                      # switch, beyond which its packets are lost: PFC xoff + headroom, credits
+                                      # the buffer the port advertises; 0 = no limit (lossy)
+    switch_ports: int = 1             # ports of its switch (a credit queue may hold one credit buffer from each)
 
     # -- identity, delegated to the topology's port
     @property
@@ -122,6 +127,8 @@ class PortConfig:
         if not self.is_switch_port:
             return self.buffer_bytes
         if prio is not None and prio in self.lossless:
+            if self.flow_control == "credit":        # every other ingress may have its credit buffer queued here
+                return max(LOSSLESS_FACTOR, self.switch_ports) * self.ingress_buffer
             return LOSSLESS_FACTOR * self.buffer_bytes
         return self.buffer_bytes + LOSSY_SLACK
 
@@ -137,7 +144,8 @@ class PortConfig:
 
 def port_configs(topo: Topology, switch_spec, hosts_pfc: bool = False) -> dict[int, PortConfig]:
     """ifindex → PortConfig of every port of the topology, from the scenario's ``switch`` section (buffers,
-    traffic classes, PFC per tier) and ``hosts.pfc`` (host NICs get classes only when they obey PFC)."""
+    traffic classes, PFC or credits per tier) and ``hosts.pfc`` (host NICs get classes only when they obey flow
+    control: PFC with hosts.pfc, credits always)."""
     classes_on = switch_spec.classes_on
     switch_prios = tuple(sorted({p for t in topo.tiers for p in switch_spec.qos(t).priorities()}))
     out = {}
@@ -148,13 +156,20 @@ def port_configs(topo: Topology, switch_spec, hosts_pfc: bool = False) -> dict[i
             tc = q.traffic_classes
             if p.role == "nic":
                 buffer = p.buffer_bytes
-                classes = tuple(q.priorities()) if (classes_on and hosts_pfc) else ()
+                # a NIC gets classes when it obeys its leaf's flow control: PFC (hosts.pfc) or credits (always)
+                obeys = hosts_pfc or q.credit.enabled
+                classes = tuple(q.priorities()) if (classes_on and obeys) else ()
             else:
                 buffer = q.buffer if q.buffer is not None else p.buffer_bytes
                 classes = switch_prios if classes_on else ()
-            lossless = tuple(tc.lossless) if q.pfc.enabled else ()      # PFC is what makes a priority lossless
+            ingress = 0                      # a switch port's lossless ingress buffer (NICs: the host's memory)
+            if p.role != "nic":
+                ingress = {"credit": q.credit.buffer or buffer,
+                           "pfc": q.pfc.xoff + q.pfc.headroom}.get(q.flow_control, 0)
             out[p.ifindex] = PortConfig(port=p, mtu=topo.spec.mtu, buffer_bytes=buffer, classes=classes,
-                                        default_prio=tc.default, lossless=lossless)
+                                        default_prio=tc.default, lossless=tuple(q.lossless),
+                                        flow_control=q.flow_control, ingress_buffer=ingress,
+                                        switch_ports=len(ports))
     return out
 
 

@@ -9,7 +9,7 @@ LINK_COLUMNS = ["time_s", "switch", "port", "peer", "bytes", "packets", "util"]
 LINK_KNOWN_EXTRA = ["direction", "role", "rate_bps", "interval_s"]
 #: links.csv congestion columns, kept in this order after LINK_KNOWN_EXTRA when present.
 LINK_QOS_COLUMNS = ["queue_bytes_max", "queue_bytes_mean", "ecn_marks", "drops", "discards", "pause_tx",
-                    "pause_rx", "paused_s"]
+                    "pause_rx", "paused_s", "credit_stalls", "credit_stall_s", "credits_granted", "credit_wait_s"]
 #: flows.csv: these first, in this order; then any other key seen, in first-seen order.
 FLOW_COLUMNS = ["flow_id", "src", "dst", "sport", "dport", "proto", "bytes", "start_s", "end_s", "fct_s",
                 "goodput_mbps", "paths_used"]
@@ -25,7 +25,7 @@ SUMMARY_EXTRA_COLUMNS = ["flows", "flows_completed", "fct_mean_ms", "fct_max_ms"
                          "uplink_imbalance_max", "traffic_start_s", "traffic_end_s", "traffic_window_s",
                          "discards", "ctl_lost", "cpu_worst_core", "cpu_worst_time_s", "cpu_saturated_share",
                          "backlogged_samples",
-                         "starved_samples", "starved_share", "failed"]
+                         "starved_samples", "starved_share", "failed", "credit_stalls", "credit_stall_s_total"]
 #: collectives.csv (runs with collective jobs): one row per job iteration.
 COLLECTIVE_COLUMNS = ["job", "iteration", "op", "bytes", "start_s", "end_s", "jct_ms"]
 

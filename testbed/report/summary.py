@@ -15,7 +15,8 @@ The definitions that need care:
   imbalanced, only uneven spreading does. ``uplink_imbalance_max`` is the worst leaf.
 - **Starved samples**: the direct sign that the emulator, not the fabric, was the bottleneck: a port that had a
   full interval of work (backlog at the start + bytes offered ≥ rate × interval), was still backlogged at the
-  end, was not paused, yet delivered less than 95 % of its rate — its shaper was starved of CPU.
+  end, was neither paused nor waiting for credit, yet delivered less than 95 % of its rate — its shaper was
+  starved of CPU.
 """
 from __future__ import annotations
 
@@ -117,7 +118,9 @@ def starved(links_df: pd.DataFrame) -> tuple[int, int]:
         g = g.sort_values("time_s")
         prev = g["backlog_bytes"].shift(1)
         cap = g["rate_bps"].astype(float) * g["interval_s"].astype(float) / 8.0
+        waited = g["credit_wait_s"].fillna(0) if "credit_wait_s" in g.columns else 0.0   # out of credit: not starved
         busy = ((prev >= 2 * FULL_FRAME) & (g["backlog_bytes"] >= 2 * FULL_FRAME) & (g["paused_s"] <= 0)
+                & (waited <= 0)
                 & (prev + g["offered_bytes"] >= cap))
         backlogged += int(busy.sum())
         starving += int((busy & (g["util"] < STARVED_UTIL)).sum())
@@ -237,6 +240,8 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     row["starved_samples"] = starving
     row["starved_share"] = starved_share
     row["failed"] = meta.get("failed")
+    row["credit_stalls"] = _links_sum(links_df, "credit_stalls")
+    row["credit_stall_s_total"] = float(_links_sum(links_df, "credit_stall_s", "rx"))
     for k, v in meta.items():  # extra scalar metadata (e.g. topology name) after the contract columns
         if k not in row and (v is None or isinstance(v, (str, int, float, bool, np.generic))):
             row[k] = _num(v)

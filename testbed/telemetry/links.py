@@ -47,11 +47,13 @@ class LinkSampler:
         self.samples = 0
         self.error: str | None = None
         self._ports = [p for sw in topo.switches for p in topo.ports[sw]]
+        self._switch_ifindexes = [p.ifindex for p in self._ports]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
         self._last_q: dict[str, tuple[float, dict]] = {}     # switch → (read at, qdisc dump)
         self._last_c: dict = {}                               # ifindex → PortCounters (with read_at)
-        self._last_queues = ({}, {})
+        self._last_queues = ({}, {}, {})
+        self.credits = bool(getattr(datapath.switch_spec, "credit_on", False))   # rx rows get credit columns
 
     # ---- life cycle
 
@@ -90,7 +92,8 @@ class LinkSampler:
     # ---- readings
 
     def _queues(self):
-        return self.dp.queue_counters(), self.dp.pfc_counters()
+        return (self.dp.queue_counters(), self.dp.pfc_counters(),
+                self.dp.credit_counters(self._switch_ifindexes) if self.credits else {})
 
     def _qdiscs(self, model: dict | None) -> dict[str, tuple[float, dict]]:
         """switch → (the instant of its dump, root qdisc counters of its ports: ifindex → (bytes, packets, drops,
@@ -129,7 +132,7 @@ class LinkSampler:
         queues = self._queues()
         counters = self.dp.port_counters()
         self.cpu.sample()
-        (q1, pf1), (q0, pf0) = queues, self._last_queues
+        (q1, pf1, cr1), (q0, pf0, cr0) = queues, self._last_queues
         prios: dict[int, list[int]] = {}
         for ifx, prio in q1:
             prios.setdefault(ifx, []).append(prio)
@@ -141,13 +144,18 @@ class LinkSampler:
             base = {"switch": p.node, "port": p.ifname, "peer": p.peer_node, "role": p.role,
                     "rate_bps": p.rate_bps}
             tx = self._tx_row(p, base, eg, c, c0, qd, model)
+            if tx is not None and self.credits:         # the egress's wait for its receiver's credit
+                tx["credit_wait_s"] = _credit_delta(p.peer_ifindex, prios.get(p.ifindex, ()), cr1, cr0)["credit_stall_s"]
             if tx is not None:
                 self.rows.append(tx)
-            self.rows.append(dict(base, time_s=round(c.read_at - self.origin, 6), direction="rx",
-                                  bytes=c.rx_bytes - c0.rx_bytes, packets=c.rx_packets - c0.rx_packets,
-                                  interval_s=round(c.read_at - c0.read_at, 6), drops=0,
-                                  discards=c.discards - c0.discards, queue_bytes_max=0, queue_bytes_mean=0.0,
-                                  ecn_marks=0, pause_tx=eg["pause_tx"], pause_rx=0, paused_s=0.0))
+            rx = dict(base, time_s=round(c.read_at - self.origin, 6), direction="rx",
+                      bytes=c.rx_bytes - c0.rx_bytes, packets=c.rx_packets - c0.rx_packets,
+                      interval_s=round(c.read_at - c0.read_at, 6), drops=0,
+                      discards=c.discards - c0.discards, queue_bytes_max=0, queue_bytes_mean=0.0,
+                      ecn_marks=0, pause_tx=eg["pause_tx"], pause_rx=0, paused_s=0.0)
+            if self.credits:
+                rx.update(_credit_delta(p.ifindex, prios.get(p.ifindex, ()), cr1, cr0))
+            self.rows.append(rx)
         self._last_c, self._last_queues = counters, queues
         self._last_q.update(qd)
 
@@ -183,6 +191,20 @@ class LinkSampler:
         """What the manifest records about the sampler itself."""
         return {"samples": self.samples, "late_samples": self.late_samples, "failed_qdisc_dumps": self.failed_dumps,
                 "error": self.error}
+
+
+def _credit_delta(ifx: int, prios, c1: dict, c0: dict) -> dict:
+    """Credit counters of one receiving port over an interval, summed over its priorities: how often and how long
+    the sender on its link was out of credit, and the credit bytes the port granted it."""
+    out = {"credit_stalls": 0, "credit_stall_s": 0.0, "credits_granted": 0}
+    for prio in prios:
+        a, b = c1.get((ifx, prio)), c0.get((ifx, prio), (0, 0, 0))
+        if a:
+            out["credit_stalls"] += a[0] - b[0]
+            out["credit_stall_s"] += (a[1] - b[1]) / 1e9
+            out["credits_granted"] += a[2] - b[2]
+    out["credit_stall_s"] = round(out["credit_stall_s"], 6)
+    return out
 
 
 def _port_delta(ifx: int, prios, q1: dict, q0: dict, pf1: dict, pf0: dict) -> dict:
