@@ -220,7 +220,9 @@ class _Scheduler:
             v.ps_per_byte = ps
             pq[pq.Key(ifx)] = v
         done = time.time()
-        return {"index": i, "at_s": f.at / 1e9, "applied": done, "took_s": done - t_start,
+        # "applied" is when the first request went out: the kernel changes the link while it is being answered,
+        # and the watcher may hear of it before the acknowledgement is back (took_s: until the last ACK)
+        return {"index": i, "at_s": f.at / 1e9, "applied": t_start, "took_s": done - t_start,
                 "target": f.target, "change": f.change}
 
     def run(self):
@@ -239,7 +241,7 @@ class _Scheduler:
                 if not self._sleep_until(t0 + f.at / 1e9):
                     break
                 rec = self._apply(i, f)
-                rec["late_s"] = rec["applied"] - rec["took_s"] - (t0 + f.at / 1e9)
+                rec["late_s"] = rec["applied"] - (t0 + f.at / 1e9)
                 self.applied.append(rec)
         while not self.stop:
             time.sleep(POLL_S)
