@@ -45,8 +45,8 @@ def runs(tmp_path_factory):
     """Three runs of the same traffic and failures: distributed, SM every 10 ms, SM every 100 ms."""
     out = {}
     for name, switch in [("distributed", {}),
-                         ("sm10", {"routing": "sm", "sm": {"engine": "minhop", "sweep_interval": "10ms"}}),
-                         ("sm100", {"routing": "sm", "sm": {"engine": "minhop", "sweep_interval": "100ms"}})]:
+                         ("sm10", {"routing": "sm", "sm": {"engine": "ftree", "sweep_interval": "10ms"}}),
+                         ("sm100", {"routing": "sm", "sm": {"engine": "ftree", "sweep_interval": "100ms"}})]:
         d, row = runner.run(scenario.from_dict(_doc(switch)), tmp_path_factory.mktemp(name) / "run")
         fail = pd.read_csv(d / "failures.csv")
         flows = pd.read_csv(d / "flows.csv")
@@ -76,6 +76,12 @@ def test_traffic_recovers_from_a_link_going_down_with_bounded_loss(runs, name):
     for _, ev in fail[fail["change"] == "down"].iterrows():
         bound = 8 * PKT_RATE * ev["rerouted_s"] + 8
         assert ev["lost_packets"] <= bound, (ev["lost_packets"], bound)
+    if name != "distributed":
+        # ftree gives each of the link's directions exactly one flow (4 hosts per leaf over 4 spines): until the
+        # sweep, those 2 flows lose what they send — measured loss within a few packets of rate × outage
+        for _, ev in fail[fail["change"] == "down"].iterrows():
+            expect = 2 * PKT_RATE * ev["rerouted_s"]
+            assert abs(ev["lost_packets"] - expect) <= 0.3 * expect + 6, (ev["lost_packets"], expect)
     assert fail.loc[fail["change"] == "up", "lost_packets"].max() <= 2      # bringing a link up loses nothing
     assert row["failure_lost_packets"] == fail["lost_packets"].sum()
     assert math.isclose(row["reroute_ms_max"], fail["rerouted_s"].max() * 1e3)
@@ -89,7 +95,8 @@ def test_traffic_recovers_from_a_link_going_down_with_bounded_loss(runs, name):
 
 def test_sm_loses_packets_until_its_sweep_and_distributed_hardly_any(runs):
     """SM routing has one port per destination: until the sweep re-routes, a dead port's packets are lost;
-    the distributed side's leaf fails over at the notification."""
+    the distributed side's leaf fails over at the notification. (The two down events meet a 100 ms sweep 55 ms
+    apart in phase, so together they wait at least 45 ms for it.)"""
     lost = {n: runs[n][2].query("change == 'down'")["lost_packets"].sum() for n in runs}
     assert lost["sm100"] > lost["distributed"]
     assert lost["distributed"] <= 16

@@ -285,52 +285,74 @@ def _rate(bins: list, bin_s: float, t0: float, a: float, b: float) -> float:
 
 
 def rows(scen, topo, applied: list[dict], routing_results: dict, timelines: dict, origin: float) -> list[dict]:
-    """One failures.csv row per scheduled event (see results/README.md for every column)."""
+    """One failures.csv row per scheduled event (see results/README.md for every column).
+
+    An event's loss window runs from its time less the longest queueing delay of its ports (a flushed queue
+    held packets sent that long before) to its reroute — or, for an event nothing reroutes (a rate change),
+    DIP_WINDOW_S after it. A receiver's gap (packets still missing at the end, between the send times of the
+    packets around them) is counted once, for the first event, in time order, whose window it overlaps."""
     changes = routing_results.get("changes", [])
     by_index = {a["index"]: a for a in applied}
-    out = []
+    out, windows = [], []
     for i, f in enumerate(scen.failures):
         a = by_index.get(i)
         row = {"event": i, "at_s": f.at / 1e9, "target": f.target, "kind": "link" if f.link else "node",
                "change": f.change, "time_s": math.nan, "detected_s": math.nan, "rerouted_s": math.nan,
                "lost_packets": math.nan, "affected_flows": math.nan, "dip_max": math.nan, "flow_dips": ""}
+        out.append(row)
         if a is None:
-            out.append(row)                # never applied (the traffic ended first)
-            continue
+            continue                       # never applied (the traffic ended first)
         t = a["applied"] - origin
         row["time_s"] = t
         if f.state is not None:
             want = {p.ifindex: f.state == "up" for p in event_ports(topo, f) if topo.nodes[p.node].is_switch}
-            det, rer = _reaction(a["applied"], want, changes)
-            row["detected_s"], row["rerouted_s"] = det, rer
+            row["detected_s"], row["rerouted_s"] = _reaction(a["applied"], want, changes)
         rer = row["rerouted_s"]
-        end = t + (rer if not math.isnan(rer) else 0.0)
-        start = t - _queue_delay_s(topo, f)
-        lost, dips, measured = 0, {}, False
+        end = t + (rer if not math.isnan(rer) else (DIP_WINDOW_S if f.rate is not None else 0.0))
+        windows.append((t, i, t - _queue_delay_s(topo, f), end))
+    windows.sort()
+    lost = {i: 0 for _, i, _, _ in windows}
+    flow_lost: dict[tuple[int, int], int] = {}
+    measured = any(tl and tl.get("gaps") is not None for tl in timelines.values())
+    for fid, tl in timelines.items():
+        for g0, g1, n in (tl or {}).get("gaps") or []:
+            g0, g1 = g0 - origin, g1 - origin
+            for _, i, w0, w1 in windows:
+                if g1 >= w0 and g0 <= w1:
+                    lost[i] += n
+                    flow_lost[(i, int(fid))] = flow_lost.get((i, int(fid)), 0) + n
+                    break
+    for _, i, _, end in windows:
+        row = out[i]
+        t = row["time_s"]
+        dips = {}
         for fid, tl in timelines.items():
-            if tl.get("gaps") is not None:
-                measured = True
-                lost += sum(n for g0, g1, n in tl["gaps"] if g1 - origin >= start and g0 - origin <= end)
-            bins, bin_s, b0 = tl.get("bins") or [], tl.get("bin_s"), tl.get("t0", 0.0) - origin
-            if not bins or not bin_s:
-                continue
-            base = _rate(bins, bin_s, b0, t - BASELINE_S, t)
-            if not base or math.isnan(base):
-                continue
-            lo = math.inf
-            w = t
-            while w + DIP_BIN_S <= end + DIP_WINDOW_S + 1e-9:
-                lo = min(lo, _rate(bins, bin_s, b0, w, w + DIP_BIN_S))
-                w += DIP_BIN_S
-            if lo is math.inf:
-                continue
-            dip = max(0.0, min(1.0, 1 - lo / base))
-            flow_lost = sum(n for g0, g1, n in (tl.get("gaps") or []) if g1 - origin >= start and g0 - origin <= end)
-            if dip >= AFFECTED_DIP or flow_lost:
-                dips[int(fid)] = dip
-        row["lost_packets"] = lost if measured else math.nan
+            d = _dip(tl or {}, origin, t, end)
+            if d is not None and (d >= AFFECTED_DIP or flow_lost.get((i, int(fid)))):
+                dips[int(fid)] = d
+        row["lost_packets"] = lost[i] if measured else math.nan
         row["affected_flows"] = len(dips)
         row["dip_max"] = max(dips.values()) if dips else 0.0
         row["flow_dips"] = " ".join(f"{k}:{v:.3f}" for k, v in sorted(dips.items()))
-        out.append(row)
     return out
+
+
+def _dip(tl: dict, origin: float, t: float, end: float) -> float | None:
+    """1 − (the flow's lowest received rate over any DIP_BIN_S window from t to DIP_WINDOW_S after ``end``) /
+    (its rate over the BASELINE_S before t); None when it received nothing before t."""
+    bins, bin_s = tl.get("bins") or [], tl.get("bin_s")
+    if not bins or not bin_s:
+        return None
+    b0 = tl.get("t0", 0.0) - origin
+    base = _rate(bins, bin_s, b0, t - BASELINE_S, t)
+    if not base or math.isnan(base):
+        return None
+    lo, w = math.inf, t
+    while w + DIP_BIN_S <= end + DIP_WINDOW_S + 1e-9:
+        r = _rate(bins, bin_s, b0, w, w + DIP_BIN_S)
+        if not math.isnan(r):
+            lo = min(lo, r)
+        w += DIP_BIN_S
+    if lo is math.inf:
+        return None
+    return max(0.0, min(1.0, 1 - lo / base))
