@@ -183,16 +183,19 @@ class Lab:
             if pfc_on:
                 from .control.pfc import PfcAgent
                 self.pfc = PfcAgent(self.datapath, self.fabric, self.scen)
+                self.pfc.detach = self.keep
                 self.pfc.start()
                 self._helper("pfc-agent", self.pfc.pid)
             if self.routing_on:
                 from .control.routing import RoutingAgent
                 self.routing = RoutingAgent(self.datapath, self.fabric, self.scen)
+                self.routing.detach = self.keep
                 self.routing.start()          # returns once every port is read (and, with SM, every table set)
                 self._helper("subnet-manager" if self.routing.sm else "link-state-watcher", self.routing.pid)
             if self.scen.failures:
                 from .control.failures import FailureScheduler
                 self.scheduler = FailureScheduler(self.datapath, self.fabric, self.scen)
+                self.scheduler.detach = self.keep
                 self.scheduler.start()
                 self._helper("failure-scheduler", self.scheduler.pid)
         except BaseException:

@@ -12,33 +12,50 @@ import contextlib
 import json
 import os
 import signal
+import sys
 
 from ..errors import HelperFailed
 from ..procname import set_process_name
 
 
-def child(body, wfd: int, name: str) -> None:
+def child(body, wfd: int, name: str, detach: bool = False) -> None:
     """Run a helper's body in the forked child and leave with os._exit, never returning into the parent's
-    code. A crash is written to the result pipe as {"crashed": "<one line>"} (and the traceback to stderr)."""
+    code, whatever happens. A crash is written to the result pipe as {"crashed": "<one line>"} (and the
+    traceback to stderr). The child's stdin and stdout are /dev/null — a helper of a `testbed up` lab outlives
+    the command and must not hold its output pipe open — and with ``detach`` stderr too."""
     code = 0
     try:
-        set_process_name(name)
-        body()
-    except BaseException as e:                                # noqa: BLE001 — reported through the pipe
-        import traceback
-        traceback.print_exc()
-        os.write(wfd, json.dumps({"crashed": f"{type(e).__name__}: {e}"[:300]}).encode())
-        code = 1
-    os._exit(code)
+        try:
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2) if detach else (0, 1):
+                os.dup2(null, fd)
+            os.close(null)
+            set_process_name(name)
+            body()
+        except BaseException as e:                            # noqa: BLE001 — reported through the pipe
+            import traceback
+            traceback.print_exc()
+            code = 1
+            _deliver(wfd, json.dumps({"crashed": f"{type(e).__name__}: {e}"[:300]}).encode())
+    finally:
+        os._exit(code)
+
+
+def _deliver(wfd: int, data: bytes) -> None:
+    """Write ``data`` to the result pipe. If the parent is gone (a `testbed up` lab: the command that made it has
+    returned; `testbed down` ends the helper), there is no one to read it: said on stderr, not raised."""
+    view = memoryview(data)
+    try:
+        while view:
+            n = os.write(wfd, view)
+            view = view[n:]
+    except BrokenPipeError:
+        print(f"helper {os.getpid()}: results not delivered, the lab's owner is gone", file=sys.stderr)
 
 
 def write_result(wfd: int, out: dict) -> None:
     """The child's last word: its results as one JSON object (the pipe is then closed)."""
-    data = json.dumps(out).encode()
-    view = memoryview(data)
-    while view:
-        n = os.write(wfd, view)
-        view = view[n:]
+    _deliver(wfd, json.dumps(out).encode())
     os.close(wfd)
 
 
@@ -48,6 +65,7 @@ class ForkedHelper:
 
     label = "helper"
     failure = HelperFailed
+    detach = False               # the lab outlives this command (`testbed up`): no stderr for the helper
 
     def __init__(self):
         self.pid = None
@@ -71,7 +89,7 @@ class ForkedHelper:
             def ready():
                 os.write(ready_w, b"1")
                 os.close(ready_w)
-            child(lambda: body(wfd, ready), wfd, name)
+            child(lambda: body(wfd, ready), wfd, name, self.detach)
         os.close(wfd)
         os.close(ready_w)
         self.pid, self._rfd = pid, rfd

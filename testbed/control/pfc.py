@@ -18,7 +18,6 @@ wait behind the data queued on the port.
 from __future__ import annotations
 
 import ctypes as ct
-import json
 import os
 import select
 import signal
@@ -29,7 +28,7 @@ import time
 from ..datapath.queue_model import CTL_VQ_RESYNC, CTL_VQ_SHIFT, CTL_XON_RESET, control, drift_resync, ingress_queued
 from ..errors import HelperFailed
 from ..fabric import netns
-from .helper import ForkedHelper
+from .helper import ForkedHelper, write_result
 from ..fabric.netlink import qdisc_backlog, qdisc_get_message, tbf_change_message
 from ..fabric.port import ETH_HLEN, N_PRIO, PortConfig
 
@@ -373,5 +372,4 @@ class _Agent:
         out["degradations"] = self.degradations
         out["resyncs"] = self.resyncs
         out["drift_resyncs"] = self.drift_resyncs
-        os.write(self.wfd, json.dumps(out).encode())
-        os.close(self.wfd)
+        write_result(self.wfd, out)
