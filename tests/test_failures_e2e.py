@@ -112,7 +112,9 @@ def test_sm_reroute_time_grows_with_its_sweep_interval(runs):
     assert (runs["sm10"][2]["detected_s"] < 0.010 + 0.02).all()
     sm = pd.read_csv(runs["sm10"][0] / "sm.csv")
     assert sm["kind"].iloc[0] == "initial" and sm["entries"].iloc[0] == 6 * 8    # a /32 per switch and host
-    assert (sm.loc[sm["kind"] == "sweep", "entries"] > 0).all()
+    # a sweep that saw one end of the link already rerouted (a link is down when either end is); one that then
+    # saw the other end may have nothing left to write
+    assert sm.loc[sm["kind"] == "sweep", "entries"].sum() > 0
 
 
 def _flows_per_port(lab, flows, roles=("up", "spine-up")) -> Counter:

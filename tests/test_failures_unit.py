@@ -52,7 +52,7 @@ def test_rows_are_computed_as_defined(scen):
     r0, r1, r2, r3 = rows
     assert r0["time_s"] == pytest.approx(1.5) and r0["at_s"] == 1.0 and r0["target"] == "leaf0-spine1"
     assert r0["detected_s"] == pytest.approx(0.0002)      # the first record with one of its ports
-    assert r0["rerouted_s"] == pytest.approx(0.0012)      # the record that had seen both ends
+    assert r0["rerouted_s"] == pytest.approx(0.0007)      # one end down: the link is down for routing
     assert r0["lost_packets"] == 3
     assert r0["affected_flows"] == 1 and r0["dip_max"] == pytest.approx(1.0) and r0["flow_dips"] == "0:1.000"
     assert r1["detected_s"] == pytest.approx(0.0001) and r1["rerouted_s"] == pytest.approx(0.0003)
@@ -61,7 +61,7 @@ def test_rows_are_computed_as_defined(scen):
     assert r2["lost_packets"] == 1 and r2["flow_dips"] == "0:0.000"   # lost a packet: affected, even without a dip
     assert math.isnan(r3["time_s"]) and math.isnan(r3["lost_packets"]) and r3["kind"] == "node"
     df = failures_frame(rows)
-    assert failure_figures(df) == (4, pytest.approx(1.2))
+    assert failure_figures(df) == (4, pytest.approx(0.7))
     assert [math.isnan(x) for x in failure_figures(None)] == [True, True]
 
 
@@ -72,6 +72,14 @@ def test_a_long_gap_is_counted_once_for_the_first_event_it_overlaps(scen):
     rows = F.rows(scen, topo, applied, {"changes": []}, tl, ORIGIN)
     assert (rows[0]["lost_packets"], rows[1]["lost_packets"]) == (150, 0)
     assert math.isnan(rows[0]["rerouted_s"])             # no routing record: not rerouted
+    # a link comes up for routing only once both ends are up
+    topo_up = [next(p for p in topo.ports["leaf0"] if p.peer_node == "spine1")]
+    a, b = topo_up[0].ifindex, topo_up[0].peer_ifindex
+    ch = [{"kind": "sweep", "t_detect": ORIGIN + 2.01, "t_done": ORIGIN + 2.011, "ports": [[a, True]]},
+          {"kind": "sweep", "t_detect": ORIGIN + 2.02, "t_done": ORIGIN + 2.021, "ports": [[b, True]]}]
+    rows = F.rows(scen, topo, applied, {"changes": ch}, {}, ORIGIN)
+    assert rows[1]["detected_s"] == pytest.approx(0.01) and rows[1]["rerouted_s"] == pytest.approx(0.021)
+    assert math.isnan(rows[1]["lost_packets"])          # no UDP timelines: loss not measured
 
 
 def test_link_messages_parse_by_their_header_flags():

@@ -257,21 +257,29 @@ def _queue_delay_s(topo, f) -> float:
     return max(((p.buffer_bytes * 8) / p.rate_bps for p in event_ports(topo, f)), default=0.0)
 
 
-def _reaction(applied: float, want: dict[int, bool], changes: list[dict]) -> tuple[float, float]:
+def event_links(topo, f) -> list[tuple[int, ...]]:
+    """The event's links, each as its switch ports' ifindexes (one for a host's link, two between switches)."""
+    ports = event_ports(topo, f)
+    return [tuple(p.ifindex for p in (a, b) if topo.nodes[p.node].is_switch) for a, b in zip(ports[::2], ports[1::2])]
+
+
+def _reaction(applied: float, links: list[tuple[int, ...]], up: bool, changes: list[dict]) -> tuple[float, float]:
     """(detected, rerouted) seconds after ``applied``: when the routing agent first saw one of the event's
-    switch ports in its new state (a distributed reroute: the watcher's notification; SM: the sweep), and when
-    it had finished acting on the last of them (their tables written)."""
-    seen, detected = set(), math.nan
+    switch ports in its new state (distributed: the watcher's notification; SM: a sweep), and when its view had
+    every link of the event in the new state — a link is down as soon as one end is, up once both are — with
+    the tables of that view written."""
+    state = {i: not up for link in links for i in link}
+    detected = math.nan
     for c in changes:
         if c["kind"] == "initial" or c["t_detect"] < applied - 0.001:
             continue
-        hit = {i for i, up in c["ports"] if want.get(i) == up}
+        hit = [(i, u) for i, u in c["ports"] if i in state and u == up]
         if not hit:
             continue
         if math.isnan(detected):
             detected = c["t_detect"] - applied
-        seen |= hit
-        if seen >= want.keys():
+        state.update(hit)
+        if all((all(state[i] for i in link) if up else not all(state[i] for i in link)) for link in links):
             return detected, c["t_done"] - applied
     return detected, math.nan
 
@@ -305,8 +313,8 @@ def rows(scen, topo, applied: list[dict], routing_results: dict, timelines: dict
         t = a["applied"] - origin
         row["time_s"] = t
         if f.state is not None:
-            want = {p.ifindex: f.state == "up" for p in event_ports(topo, f) if topo.nodes[p.node].is_switch}
-            row["detected_s"], row["rerouted_s"] = _reaction(a["applied"], want, changes)
+            row["detected_s"], row["rerouted_s"] = _reaction(a["applied"], event_links(topo, f), f.state == "up",
+                                                             changes)
         rer = row["rerouted_s"]
         end = t + (rer if not math.isnan(rer) else (DIP_WINDOW_S if f.rate is not None else 0.0))
         windows.append((t, i, t - _queue_delay_s(topo, f), end))
