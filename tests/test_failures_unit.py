@@ -2,7 +2,6 @@
 from the receivers' gaps counted once, throughput dips from their timelines; the summary's columns from it."""
 import math
 
-import pandas as pd
 import pytest
 
 from testbed import scenario, topology
@@ -33,7 +32,8 @@ def test_rows_are_computed_as_defined(scen):
     applied = [{"index": 0, "applied": t_ev}, {"index": 1, "applied": ORIGIN + 2.5},
                {"index": 2, "applied": ORIGIN + 3.0}]     # event 3 never applied
     changes = [{"kind": "initial", "t_detect": ORIGIN - 1, "t_done": ORIGIN - 1, "ports": []},
-               {"kind": "reroute", "t_detect": t_ev + 0.0002, "t_done": t_ev + 0.0007, "ports": [[down.ifindex, False]]},
+               {"kind": "reroute", "t_detect": t_ev + 0.0002, "t_done": t_ev + 0.0007,
+                "ports": [[down.ifindex, False]]},
                {"kind": "reroute", "t_detect": t_ev + 0.0009, "t_done": t_ev + 0.0012, "ports": [[up.ifindex, False]]},
                {"kind": "reroute", "t_detect": ORIGIN + 2.5001, "t_done": ORIGIN + 2.5003,
                 "ports": [[down.ifindex, True], [up.ifindex, True]]}]

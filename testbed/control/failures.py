@@ -23,7 +23,6 @@ import math
 import os
 import select
 import signal
-import socket
 import struct
 import time
 
