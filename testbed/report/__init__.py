@@ -28,7 +28,8 @@ from .summary import _num, summarize
 
 __all__ = ["ReportError", "LINK_COLUMNS", "FLOW_COLUMNS", "SUMMARY_COLUMNS", "SUMMARY_EXTRA_COLUMNS",
            "COLLECTIVE_COLUMNS", "FAILURE_COLUMNS", "SM_COLUMNS", "PLOT_FILES", "links_frame", "flows_frame",
-           "collectives_frame", "failures_frame", "sm_frame", "summarize", "plots", "write_run", "report", "sweep_table", "write_sweep", "atomic_write"]
+           "collectives_frame", "failures_frame", "sm_frame", "summarize", "plots", "write_run", "report",
+           "sweep_table", "write_sweep", "atomic_write"]
 
 
 def _summary_frame(row: Mapping[str, Any]) -> pd.DataFrame:
