@@ -323,7 +323,8 @@ class AdaptiveSpec(Strict):
     granularity: Literal["packet", "flowlet"] = "packet"    # choose per packet (reorders) or per flowlet
     metric: Literal["queue", "load", "queue+load"] = "queue"   # queued bytes, recent tx bytes, or their sum
     flowlet_timeout: Optional[Time] = None                  # granularity flowlet; None = switch.flowlet_timeout
-    load_window: Annotated[int, *_unit(units.time_ns), Field(gt=0)] = units.time_ns("1ms")   # the load metric's memory
+    load_window: Annotated[int, *_unit(units.time_ns), Field(gt=0)] = units.time_ns("20ms")   # the load metric's memory:
+                                                    # many packets long (1 ms at 40 Mbit/s held 3: noise)
 
 
 class SmSpec(Strict):

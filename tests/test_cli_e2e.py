@@ -67,7 +67,8 @@ def test_run_writes_the_results_contract(tmp_path):
     tshark = subprocess.run(["tshark", "-r", str(pcap), "-Y", "udp.dstport == 5001", "-T", "fields",
                              "-e", "ip.dst"], capture_output=True, text=True)
     assert tshark.returncode == 0 and tshark.stdout.count("198.18.") > 100
-    assert netns.list_names() == []
+    lab = json.loads((out / "manifest.json").read_text())["lab"]
+    assert netns.list_names(f"{netns.PREFIX}{lab}-") == []
 
 
 def test_report_regenerates_summary(tmp_path):
@@ -140,6 +141,8 @@ def test_up_status_exec_down_and_name_collision(tmp_path):
 
 
 def _start_run(tmp_path, name):
+    """A `testbed run` of 30 s, once its fabric is up and its traffic runs: (process, result dir, its lab name)."""
+    from testbed.lab import all_labs
     out = tmp_path / name
     # like a terminal: Ctrl-C must reach the run even when this test itself runs as a background job (where
     # the shell starts commands with SIGINT ignored, and Python keeps an inherited SIG_IGN)
@@ -147,10 +150,28 @@ def _start_run(tmp_path, name):
                             cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    # wait until the fabric is up and traffic runs
-    assert wait_for(lambda: any(n.endswith("-spine3") for n in netns.list_names()), timeout=30)
-    time.sleep(1.0)
-    return proc, out
+    labs = []                                         # this run's lab: the state file naming its pid
+    assert wait_for(lambda: labs.extend(st["name"] for st in all_labs() if st.get("pid") == proc.pid) or labs,
+                    timeout=30)
+    lab = labs[0]
+    assert wait_for(lambda: netns.exists(f"{netns.PREFIX}{lab}-spine3"), timeout=30)
+    assert wait_for(lambda: _agents_of(lab), timeout=30)      # traffic runs
+    time.sleep(0.5)
+    return proc, out, lab
+
+
+def _agents_of(lab: str) -> list[int]:
+    """Pids of the traffic agents of ``lab`` (their process names carry the lab's prefix)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                comm = open(f"/proc/{pid}/comm").read().strip()
+            except OSError:
+                continue
+            if comm.startswith(f"{netns.PREFIX}{lab}-"):
+                out.append(int(pid))
+    return out
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -158,30 +179,29 @@ def test_interrupted_run_tears_down_and_keeps_earlier_results(tmp_path, sig):
     done = tmp_path / "done"
     assert run_cli("run", "scenarios/default.yaml", "--out", str(done), *SMALL).returncode == 0
     files = sorted(p.name for p in done.iterdir())
-    proc, out = _start_run(tmp_path, "interrupted")
+    proc, out, lab = _start_run(tmp_path, "interrupted")
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert "Traceback" not in err and "error: " in err
-    assert netns.list_names() == []
+    assert netns.list_names(f"{netns.PREFIX}{lab}-") == []
     assert sorted(p.name for p in done.iterdir()) == files           # completed results intact
     assert not (out / "summary.csv").exists()
-    # no agent processes of the run are left
-    leftover = subprocess.run(["pgrep", "-f", "testbed.workloads.agent"], capture_output=True, text=True)
-    assert leftover.stdout.strip() == ""
+    assert _agents_of(lab) == []                                      # no agent process of the run is left
 
 
 def test_crashed_run_is_reaped_by_the_next_run_and_by_clean(tmp_path):
-    proc, _ = _start_run(tmp_path, "crashed")
-    lab = {n.split("-")[1] for n in netns.list_names()}
+    proc, _, lab = _start_run(tmp_path, "crashed")
     proc.kill()                                      # SIGKILL: no cleanup at all
     proc.wait()
-    subprocess.run(["pkill", "-9", "-f", "testbed.workloads.agent"])
-    assert netns.list_names(), "a killed run leaves its namespaces"
+    for pid in _agents_of(lab):                      # its agents (only those: other labs may be running)
+        os.kill(pid, signal.SIGKILL)
+    assert netns.list_names(f"{netns.PREFIX}{lab}-"), "a killed run leaves its namespaces"
     res = run_cli("run", "scenarios/default.yaml", "--out", str(tmp_path / "next"), *SMALL)
     assert res.returncode == 0, res.stderr
-    assert not [n for n in netns.list_names() if n.split("-")[1] in lab]
-    # clean removes anything with the tool's prefix, even without a state file
+    assert netns.list_names(f"{netns.PREFIX}{lab}-") == []
+    # clean removes anything with the tool's prefix, even without a state file (the machine's other labs too:
+    # that is what it is for)
     netns.create(["ftb-stray-h0"])
     res = run_cli("clean")
     assert res.returncode == 0 and netns.list_names() == []

@@ -1,6 +1,7 @@
 /* Adaptive routing (InfiniBand AR / dynamic load balancing style): among the egress ports a group allows, take
- * the least loaded one — by the queue the packet would join (the queue model), by the port's recent tx load, or
- * both — per packet or per flowlet, ties broken at random. */
+ * the least loaded one — by how long the queue the packet would join needs to drain (the queue model), by how
+ * busy the port was recently, or both; all in ns, so ports of different rates compare fairly — per packet or per
+ * flowlet, ties broken at random. */
 #ifndef FTB_ADAPTIVE_H
 #define FTB_ADAPTIVE_H
 
@@ -8,36 +9,38 @@
 #include "hash.h"
 #include "lb.h"
 
-/* Bytes waiting in queue (port, prio) now, from the model (a racy read: a hint, not accounting). */
-FTB_ALWAYS_INLINE __u64 ar_queue_bytes(__u32 port, __u64 prio, __u64 now)
+/* How long queue (port, prio) needs to send what it holds now, in ns, from the model (a racy read: a hint, not
+ * accounting). Time, not bytes: on ports of different rates (a degraded link) the same bytes wait longer. */
+FTB_ALWAYS_INLINE __u64 ar_queue_ns(__u32 port, __u64 prio, __u64 now)
 {
 	__u32 k = port * N_PRIO + prio;
-	struct port_qos *pq = port_qos.lookup(&port);
 	struct vqueue *q = vq.lookup(&k);
 	__u64 *pa = egress_paused.lookup(&k);
 	__u64 eff = now, finish;
 
-	if (!pq || !q || !pq->ps_per_byte)
+	if (!q)
 		return 0;
 	if (pa && *pa && *pa < now)
-		eff = *pa;
+		return ~0ULL >> 2;            /* paused: it sends nothing until resumed */
 	finish = *(volatile __u64 *)&q->finish;
-	return finish > eff ? (finish - eff) * 1000 / pq->ps_per_byte : 0;
+	return finish > eff ? finish - eff : 0;
 }
 
-/* The port's decaying tx byte count, aged to `now` (a racy read). */
-FTB_ALWAYS_INLINE __u64 ar_load_bytes(__u32 port, __u64 now, __u64 window)
+/* How long the port was busy sending over about the last load window, in ns: its decaying byte count (aged to
+ * `now`) × its time per byte — its recent utilisation × the window. A racy read. */
+FTB_ALWAYS_INLINE __u64 ar_load_ns(__u32 port, __u64 now, __u64 window)
 {
 	struct port_load *l = port_load.lookup(&port);
+	struct port_qos *pq = port_qos.lookup(&port);
 	__u64 b, dt;
 
-	if (!l || !window)
+	if (!l || !pq || !window)
 		return 0;
 	b = *(volatile __u64 *)&l->bytes;
 	dt = now > l->last_ns ? now - l->last_ns : 0;
 	if (dt >= window)
 		return 0;
-	return b - b * dt / window;
+	return (b - b * dt / window) * pq->ps_per_byte / 1000;
 }
 
 /* Charge `len` sent bytes to the port's load: first-order decay b ← b·(1 − dt/window) + len. */
@@ -64,9 +67,9 @@ FTB_ALWAYS_INLINE __u64 ar_cost(const struct sw_config *cfg, __u32 port, __u64 p
 	__u64 c = 0;
 
 	if (cfg->ar_metric != AR_LOAD)
-		c += ar_queue_bytes(port, prio, now);
+		c += ar_queue_ns(port, prio, now);
 	if (cfg->ar_metric != AR_QUEUE)
-		c += ar_load_bytes(port, now, cfg->load_window_ns);
+		c += ar_load_ns(port, now, cfg->load_window_ns);
 	return c;
 }
 
@@ -84,27 +87,34 @@ FTB_ALWAYS_INLINE __u64 ar_choose(const struct sw_config *cfg, const struct nh_g
 
 	if (!sc)
 		return start;
-	/* not unrolled: clang's unrolled remainder loop indexes the array in a way the verifier cannot bound */
+	/* not unrolled, and each index checked where it is used: clang's rewritten loops (an unrolled remainder,
+	 * a `!=` exit test on Debian 6.1's headers) index the array in ways the verifier cannot bound */
 #pragma clang loop unroll(disable)
-	for (__u32 i = 0; i < AR_CANDIDATES; i++) {
-		if (i >= n)
+	for (__u64 i = 0; i < AR_CANDIDATES; i++) {
+		__u64 c = i;
+
+		ftb_opaque(c);                /* the verifier must see the bound checked on the index it uses */
+		if (c >= n || c >= AR_CANDIDATES)
 			break;
-		slot = start + i;
+		slot = start + c;
 		if (slot >= n)
 			slot -= n;
-		ftb_opaque(slot);             /* index with the checked value (see ftb_opaque) */
+		ftb_opaque(slot);
 		if (slot >= MAX_NH)
 			break;
 		/* a port that lost its link costs the most: never taken while a live candidate remains */
-		sc->cost[i] = port_is_down(g->ports[slot]) ? ~0ULL : ar_cost(cfg, g->ports[slot], prio, now);
+		sc->cost[c] = port_is_down(g->ports[slot]) ? ~0ULL : ar_cost(cfg, g->ports[slot], prio, now);
 	}
 #pragma clang loop unroll(disable)
-	for (__u32 i = 0; i < AR_CANDIDATES; i++) {
-		if (i >= n)
+	for (__u64 i = 0; i < AR_CANDIDATES; i++) {
+		__u64 c = i;
+
+		ftb_opaque(c);
+		if (c >= n || c >= AR_CANDIDATES)
 			break;
-		if (sc->cost[i] < best_cost) {
-			best_cost = sc->cost[i];
-			best = i;
+		if (sc->cost[c] < best_cost) {
+			best_cost = sc->cost[c];
+			best = c;
 		}
 	}
 	slot = start + best;
