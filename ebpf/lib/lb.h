@@ -123,17 +123,22 @@ FTB_ALWAYS_INLINE __u64 failover_slot(const struct nh_group *g, __u32 n, __u32 h
 		return MAX_NH;
 	sc->best = MAX_NH;
 	sc->score = 0;
+	/* not unrolled, and the index checked where it is used (as in lib/adaptive.h: clang's rewritten loops can
+	 * index the array in ways the verifier cannot bound) */
 #pragma clang loop unroll(disable)
-	for (__u32 i = 0; i < MAX_NH; i++) {
-		if (i >= n)
+	for (__u64 i = 0; i < MAX_NH; i++) {
+		__u64 c = i;
+
+		ftb_opaque(c);
+		if (c >= n || c >= MAX_NH)
 			break;
-		port = g->ports[i];
+		port = g->ports[c];
 		if (port_is_down(port))
 			continue;
 		score = (__u64)fmix32(h ^ (port * 0x9E3779B9u)) + 1;   /* + 1: a live port always beats "none" */
 		if (score > sc->score) {
 			sc->score = score;
-			sc->best = i;
+			sc->best = c;
 		}
 	}
 	return sc->best;
