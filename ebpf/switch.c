@@ -2,8 +2,9 @@
  *
  * One compiled object serves every switch of the fabric: ports have fabric-unique ifindexes, so skb->ifindex
  * names both the switch and the port. Per packet: parse, look up (switch, dst) in the FIB, choose the egress
- * port by the switch's load-balancing mode, TTL − 1, rewrite MACs, count, bpf_redirect (through the egress
- * port's qdisc, which shapes the link). The logic lives in the headers under lib/.
+ * port by the switch's load-balancing mode (a port that lost its link is skipped: local fast failover), TTL − 1,
+ * rewrite MACs, count, bpf_redirect (through the egress port's qdisc, which shapes the link). The logic lives
+ * in the headers under lib/.
  *
  * BCC rewrites its map syntax (map.lookup(...)) only in the main file, so the loader inlines the quoted
  * includes below into one text before compiling (testbed/datapath/source.py); #line keeps error locations.
@@ -43,7 +44,9 @@ int ftb_switch_ingress(struct __sk_buff *skb)
 	struct nh_group *group;
 	struct sw_config *cfg;
 	struct fwd_ctx *ctx;
+	struct flow_state *fs;
 	struct pkt p = {};
+	__u32 out;
 	int reason;
 
 	ingress = port_lookup(in);
@@ -79,11 +82,61 @@ int ftb_switch_ingress(struct __sk_buff *skb)
 		stages.call(skb, STAGE_ADAPTIVE);
 		return drop(in, DROP_BAD_EGRESS);             /* the stage is missing */
 	}
-	slot = lb_choose(ingress->switch_id, group, &p);
+	slot = lb_choose(ingress->switch_id, group, &p, &fs);
 	ftb_opaque(slot);
 	if (slot >= MAX_NH)
 		return drop(in, DROP_BAD_EGRESS);
-	return forward(skb, ingress->switch_id, in, group->ports[slot], p.tos);
+	out = group->ports[slot];
+	if (port_is_down(out)) {
+		/* the chosen port lost its link: another live port of the group, in a stage of its own (a loop over
+		 * the group, paid only while a link is down) */
+		ctx = fwd_scratch.lookup(&zero);
+		if (!ctx)
+			return drop(in, DROP_BAD_EGRESS);
+		ctx->p = p;
+		ctx->sw = ingress->switch_id;
+		ctx->in = in;
+		stages.call(skb, STAGE_FAILOVER);
+		return drop(in, DROP_BAD_EGRESS);             /* the stage is missing */
+	}
+	lb_count(fs, slot);
+	return forward(skb, ingress->switch_id, in, out, p.tos);
+}
+
+/* Stage: the port the load balancer chose has lost its link; take another live port of the group (rendezvous
+ * over the flow's hash, or a random number when spraying), or drop the packet when none is left. */
+int ftb_stage_failover(struct __sk_buff *skb)
+{
+	__u32 zero = 0, h;
+	struct fwd_ctx *ctx = fwd_scratch.lookup(&zero);
+	struct nh_group *group;
+	struct sw_config *cfg;
+	struct flow_state *fs = 0;
+	__u64 slot;
+	__u32 n;
+
+	if (!ctx)
+		return TC_ACT_SHOT;
+	cfg = sw_config.lookup(&ctx->sw);
+	group = fib_lookup(ctx->sw, ctx->p.daddr);
+	if (!cfg || !group)
+		return drop(ctx->in, DROP_NO_ROUTE);
+	n = group->n < MAX_NH ? group->n : MAX_NH;
+	if (cfg->mode == MODE_SPRAY)
+		h = bpf_get_prandom_u32();
+	else
+		h = flow_hash(cfg->seed, ftb_ntohl(ctx->p.saddr), ftb_ntohl(ctx->p.daddr), ctx->p.sport, ctx->p.dport,
+			      ctx->p.proto);
+	slot = failover_slot(group, n, h);
+	ftb_opaque(slot);
+	if (slot >= MAX_NH)
+		return drop(ctx->in, DROP_PORT_DOWN);
+	if (n > 1 || cfg->track)
+		fs = flow_state_of(ctx->sw, &ctx->p);
+	lb_count(fs, slot);
+	ctx->out = group->ports[slot];
+	stages.call(skb, STAGE_FORWARD);
+	return drop(ctx->in, DROP_BAD_EGRESS);
 }
 
 /* Stage: adaptive routing chooses the least loaded allowed port (lib/adaptive.h), then hands over to STAGE_FORWARD. */
@@ -104,7 +157,7 @@ int ftb_stage_adaptive(struct __sk_buff *skb)
 	slot = ar_slot(cfg, ctx->sw, group, &ctx->p, packet_prio(ctx->sw, ctx->p.tos));
 	ftb_opaque(slot);
 	if (slot >= MAX_NH)
-		return drop(ctx->in, DROP_BAD_EGRESS);
+		return drop(ctx->in, DROP_PORT_DOWN);       /* every candidate lost its link */
 	ctx->out = group->ports[slot];
 	stages.call(skb, STAGE_FORWARD);
 	return drop(ctx->in, DROP_BAD_EGRESS);

@@ -117,7 +117,9 @@ def up(scenario, name, sets):
     with Lab(scen, name, kind="up", keep=True, source=scenario) as lab:
         topo = lab.topo
         click.echo(f"lab '{name}' is up: {len(topo.hosts)} hosts, {len(topo.switches)} switches "
-                   f"({scen.switch.load_balancing}); try `testbed exec h0 -- ping -c3 "
+                   f"({scen.switch.load_balancing}"
+                   + (f", SM routing {scen.switch.sm.engine}" if scen.switch.routing == "sm" else "")
+                   + f"); try `testbed exec h0 -- ping -c3 "
                    f"{topo.address(topo.hosts[-1])}`")
 
 

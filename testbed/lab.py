@@ -135,6 +135,10 @@ class Lab:
         self.datapath = None
         self.pfc = None                        # the PFC agent (control/pfc.py) when a tier has PFC on
         self.pfc_results: dict = {}
+        self.routing = None                    # the routing agent (control/routing.py): SM routing or failures
+        self.routing_results: dict = {}
+        self.scheduler = None                  # the failure scheduler (control/failures.py) when there are failures
+        self.scheduler_results: dict = {}
         self.failures: list[str] = []           # helpers that failed (one line each), for the run to report
         self.warnings = headroom_warnings(self.ports, scen.switch)
 
@@ -175,17 +179,45 @@ class Lab:
             pfc_on = self.pfc_on
             if pfc_on and self.scen.hosts.pfc:
                 self.fabric.attach_host_ingress(self.datapath.host_ingress_fd, "ftb_host_ingress")
+            self._state["helpers"] = []
             if pfc_on or self.scen.switch.credit_on:          # the flow-control agent runs PFC and credits
                 from .control.pfc import PfcAgent
                 self.pfc = PfcAgent(self.datapath, self.fabric, self.scen)
+                self.pfc.detach = self.keep
                 self.pfc.start()
-                self._state["helpers"] = [{"name": "pfc-agent", "pid": self.pfc.pid,
-                                           "start": proc_start(self.pfc.pid)}]
-                self._write_state()
+                self._helper("pfc-agent", self.pfc.pid)
+            if self.routing_on:
+                from .control.routing import RoutingAgent
+                self.routing = RoutingAgent(self.datapath, self.fabric, self.scen)
+                self.routing.detach = self.keep
+                self.routing.start()          # returns once every port is read (and, with SM, every table set)
+                self._helper("subnet-manager" if self.routing.sm else "link-state-watcher", self.routing.pid)
+            if self.scen.failures:
+                from .control.failures import FailureScheduler
+                self.scheduler = FailureScheduler(self.datapath, self.fabric, self.scen)
+                self.scheduler.detach = self.keep
+                self.scheduler.start()
+                self._helper("failure-scheduler", self.scheduler.pid)
         except BaseException:
             self.close(force=True)
             raise
         return self
+
+    def _helper(self, name: str, pid: int) -> None:
+        """Record a helper process in the state file (pid + start time), so a crashed run's helpers are ended."""
+        self._state["helpers"].append({"name": name, "pid": pid, "start": proc_start(pid)})
+        self._write_state()
+
+    @property
+    def routing_on(self) -> bool:
+        """A routing agent runs: the subnet manager (switch.routing: sm), or the link-state watcher that a run
+        with failures needs for local failover and rerouting."""
+        return self.scen.switch.routing == "sm" or bool(self.scen.failures)
+
+    def failures_go(self, t0: float) -> None:
+        """The traffic's t0 is chosen: start the failure scheduler's clock."""
+        if self.scheduler is not None:
+            self.scheduler.go(t0)
 
     @property
     def pfc_on(self) -> bool:
@@ -199,9 +231,11 @@ class Lab:
         os.replace(tmp, state_path(self.name))
 
     def check(self) -> None:
-        """Raise HelperFailed if a helper process of the lab (the PFC agent) has died."""
-        if self.pfc is not None:
-            self.pfc.check()
+        """Raise HelperFailed if a helper process of the lab (PFC agent, routing agent, failure scheduler) has
+        died."""
+        for h in (self.pfc, self.routing, self.scheduler):
+            if h is not None:
+                h.check()
 
     def __exit__(self, *exc) -> None:
         self.close(force=exc[0] is not None)
@@ -212,11 +246,15 @@ class Lab:
         if self.keep and not force:
             return
         try:
-            if self.pfc is not None:
-                pfc, self.pfc = self.pfc, None
-                self.pfc_results = pfc.stop()
-        except HelperFailed as e:
-            self.failures.append(str(e))
+            for attr in ("scheduler", "routing", "pfc"):         # the failures first, the reaction last
+                h = getattr(self, attr)
+                if h is None:
+                    continue
+                setattr(self, attr, None)
+                try:
+                    setattr(self, f"{attr}_results", h.stop())
+                except HelperFailed as e:
+                    self.failures.append(str(e))
         finally:
             try:
                 self.fabric.teardown()

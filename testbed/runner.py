@@ -27,6 +27,7 @@ from .scenario import Scenario, to_dict
 from .workloads import WorkloadError
 
 RESULTS_DIR = Path("results")
+TIMELINE_BIN_S = 0.01          # runs with failures: receivers count bytes per 10 ms (failures.csv's dips)
 
 
 class RunFailed(Exception):
@@ -80,12 +81,14 @@ def _traffic(scen: Scenario, lab: Lab, origin: float, check: Callable[[], None],
     sndbuf = min(workloads.DEFAULT_SNDBUF, scen.topology.host_link.buffer * 3 // 4)
     ns_of = lab.fabric.ns.__getitem__
     out = Traffic()
+    on_t0 = lab.failures_go if lab.scheduler is not None else None
+    timeline = TIMELINE_BIN_S if scen.failures else None
     if tr.collective:
         from .workloads import collectives
         log(f"traffic: {len(tr.job_list())} collective job(s) ({tr.engine}), up to {duration_s:g} s")
         out.flows, pairs, out.collectives = collectives.run_jobs(tr, topo, scen.seed, ns_of, duration_s,
                                                                  packet_size, sndbuf_bytes=sndbuf, log=log,
-                                                                 origin=origin, check=check)
+                                                                 origin=origin, check=check, on_t0=on_t0)
         out.results, out.steps = [r for r, _ in pairs], [s for _, s in pairs]
         return out
     out.flows = workloads.plan(tr, topo, scen.seed, duration_s)
@@ -101,7 +104,7 @@ def _traffic(scen: Scenario, lab: Lab, origin: float, check: Callable[[], None],
             r.end_s = None if r.end_s is None else r.end_s + shift
         return out
     out.results = workloads.run(out.flows, ns_of, duration_s, packet_size, sndbuf_bytes=sndbuf, info=out.info,
-                                origin=origin, check=check)
+                                origin=origin, check=check, on_t0=on_t0, timeline_bin_s=timeline)
     return out
 
 
@@ -131,12 +134,57 @@ def _degradations(sampler, lab: Lab, acct, traffic: Traffic) -> list[str]:
     out += pfc.get("degradations", [])
     if pfc.get("error_count"):
         out.append(f"PFC agent: {pfc['error_count']} failed action(s), e.g. {pfc['errors'][0]}")
+    rt, fs = lab.routing_results or {}, lab.scheduler_results or {}
+    if rt.get("error_count"):
+        out.append(f"routing agent: {rt['error_count']} failed sweep(s), e.g. {rt['errors'][0]}")
+    if rt.get("late_sweeps"):
+        out.append(f"subnet manager: {rt['late_sweeps']} sweep(s) started late (the SM fell behind its interval)")
+    if rt.get("changes_dropped"):
+        out.append(f"routing agent: {rt['changes_dropped']} change record(s) beyond the first 500 not kept")
+    out += fs.get("degradations", [])
+    if fs.get("error_count"):
+        out.append(f"failure scheduler: {fs['error_count']} failed action(s), e.g. {fs['errors'][0]}")
+    if lab.scen.failures and fs and len(fs.get("applied", [])) < len(lab.scen.failures):
+        out.append(f"failure scheduler: {len(lab.scen.failures) - len(fs.get('applied', []))} event(s) not "
+                   f"applied (the traffic ended first)")
     out += traffic.info.get("agent_problems", [])
     return out
 
 
+def _routing_section(scen, lab, origin: float) -> dict | None:
+    """The routing agent's report for the manifest, times on the run's clock."""
+    rt = lab.routing_results or {}
+    if not rt:
+        return None
+    def rel(t):
+        return None if t is None else t - origin
+    changes = [dict(c, t_detect=rel(c["t_detect"]), t_done=rel(c["t_done"]), t_event=rel(c.get("t_event")))
+               for c in rt.get("changes", [])]
+    return {"mode": rt.get("mode"), "engine": rt.get("engine"), "sweep_interval_s": rt.get("sweep_interval_s"),
+            "sweeps": rt.get("sweeps"), "late_sweeps": rt.get("late_sweeps"), "sweep_s": rt.get("sweep_s"),
+            "entries": rt.get("entries"), "changes": changes,
+            "local": [dict(e, t=rel(e["t"])) for e in rt.get("local", [])], "errors": rt.get("errors", [])}
+
+
+def _sm_rows(topo, lab, origin: float) -> list[dict] | None:
+    """sm.csv: the SM's initial programming and every sweep that changed its tables."""
+    rt = lab.routing_results or {}
+    if rt.get("mode") != "sm":
+        return None
+    rows = []
+    for n, c in enumerate(rt.get("changes", [])):
+        ports = " ".join(f"{topo.port(i).node}/{topo.port(i).ifname}:{'up' if up else 'down'}"
+                         for i, up in c["ports"]) if c["kind"] != "initial" else f"{c['port_count']} ports"
+        t_ev = c.get("t_event")
+        rows.append({"sweep": n, "time_s": c["t_detect"] - origin, "kind": c["kind"], "ports": ports,
+                     "detect_s": (c["t_detect"] - t_ev) if (t_ev is not None and c["kind"] != "initial") else None,
+                     "compute_s": c["compute_s"], "entries": c["entries"], "install_s": c["install_s"],
+                     "held_s": c["t_done"] - c["t_detect"], "switches": c["switches"]})
+    return rows
+
+
 def _manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic, failures, degradations, *,
-              drops, resyncs, timings, pcaps) -> dict:
+              drops, resyncs, timings, pcaps, origin=None) -> dict:
     from .control.pfc import summarize_reactions
     pfc = lab.pfc_results or {}
     qos = {"queue_model_error": sampler.model_error(),
@@ -152,6 +200,9 @@ def _manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic,
         "hostname": platform.node(), "cpus": os.cpu_count(), "qos": qos,
         "failed": failures or None, "degradations": degradations, "telemetry": sampler.health(),
         "unknown_packets": traffic.info.get("unknown_packets", {}),
+        "routing": _routing_section(scen, lab, origin) if origin is not None else None,
+        "failures": [dict(a, applied=a["applied"] - origin) for a in (lab.scheduler_results or {}).get("applied", [])]
+        if origin is not None and scen.failures else None,
     }
 
 
@@ -178,7 +229,10 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         with Lab(scen, lab_name, source=source) as lab:
             topo = lab.topo
             log(f"fabric up: {len(topo.hosts)} hosts, {len(topo.switches)} switches, {len(topo.links)} links "
-                f"({sum(lab.fabric.timings.values()):.2f} s); datapath {scen.switch.load_balancing}")
+                f"({sum(lab.fabric.timings.values()):.2f} s); datapath {scen.switch.load_balancing}"
+                + (f", SM routing ({scen.switch.sm.engine}, sweep every {scen.switch.sm.sweep_interval / 1e6:g} ms)"
+                   if scen.switch.routing == "sm" else "")
+                + (f", {len(scen.failures)} failure event(s)" if scen.failures else ""))
             for w in lab.warnings:
                 log(f"warning: {w}")
             if scen.traffic.engine == "tcp" and scen.traffic.ecn != "none":
@@ -214,7 +268,12 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
     for d in degradations:
         log(f"degraded: {d}")
     manifest = _manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic, failures, degradations,
-                         drops=drops, resyncs=resyncs, timings=timings, pcaps=pcaps)
+                         drops=drops, resyncs=resyncs, timings=timings, pcaps=pcaps, origin=origin)
+    fail_rows = None
+    if scen.failures:
+        from .control.failures import rows as failure_rows
+        fail_rows = failure_rows(scen, topo, (lab.scheduler_results or {}).get("applied", []),
+                                 lab.routing_results or {}, traffic.info.get("timelines") or {}, origin)
     meta = {"run_id": run_id, "scenario": scen.name, "load_balancing": scen.switch.load_balancing,
             "seed": scen.seed, "duration_s": scen.duration / 1e9,
             "offered_mbps": workloads.offered_mbps(traffic.flows, scen.topology.host_link.rate,
@@ -222,7 +281,7 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
             "queue_model_error": manifest["qos"]["queue_model_error"]["mean"],
             "failed": failures[0] if failures else None}
     row = report.write_run(outdir, manifest, sampler.rows, _flow_rows(topo, traffic, used), sampler.cpu.result(),
-                           meta, collectives=traffic.collectives)
+                           meta, collectives=traffic.collectives, failures=fail_rows, sm=_sm_rows(topo, lab, origin))
     if failures:
         raise RunFailed(f"{failures[0]} (results collected so far: {outdir})")
     return outdir, row

@@ -339,8 +339,20 @@ class AdaptiveSpec(Strict):
                                                     # many packets long (1 ms at 40 Mbit/s held 3: noise)
 
 
+class SmSpec(Strict):
+    """Subnet-manager routing (``switch.routing: sm``): the routing engine and how often the SM sweeps the
+    fabric's link state (testbed/control/routing.py)."""
+    engine: Literal["minhop", "updn", "ftree"] = "minhop"
+    sweep_interval: Annotated[int, *_unit(units.time_ns), Field(ge=1_000_000)] = \
+        units.time_ns("10ms")
+
+
 class SwitchSpec(Strict):
     load_balancing: Literal["ecmp", "flowlet", "spray", "adaptive"] = "ecmp"
+    # distributed: every switch's own ECMP groups (topology FIB), local fast failover, routes recomputed when a
+    # link changes; sm: a subnet manager computes per-destination tables (switch.sm) and sweeps link state
+    routing: Literal["distributed", "sm"] = "distributed"
+    sm: SmSpec = SmSpec()
     flowlet_timeout: Time = units.time_ns("500us")
     spray: Literal["random", "round_robin"] = "random"
     adaptive: AdaptiveSpec = AdaptiveSpec()
@@ -351,6 +363,13 @@ class SwitchSpec(Strict):
     pfc: PfcSpec = PfcSpec()
     credit: CreditSpec = CreditSpec()
     tiers: dict[Literal[TIERS], QosSpec] = {}
+
+    @property
+    def sm_multipath(self) -> bool:
+        """Under SM routing, whether a destination gets every port the engine allows (for the load balancer to
+        pick among: flowlet, spray, adaptive) or the engine's one deterministic port (ecmp: no choice, as a
+        LID's linear forwarding table entry)."""
+        return self.load_balancing != "ecmp"
 
     def qos(self, tier: str) -> "ResolvedQos":
         """The effective settings of a tier's switches: the tier's override where it sets a key, else these."""
@@ -514,6 +533,34 @@ class TrafficSpec(Strict):
         return [JobSpec(pattern="allreduce", bytes=self.flow_size)]
 
 
+class FailureSpec(Strict):
+    """One ``failures`` entry: at ``at`` (after the traffic's t0, the instant flows start) a link or a switch
+    goes down or up, or a link's rate changes (both directions)."""
+    at: Time
+    link: Optional[tuple[NodeName, NodeName]] = None
+    node: Optional[NodeName] = None
+    state: Optional[Literal["down", "up"]] = None
+    rate: Optional[Rate] = None
+
+    @model_validator(mode="after")
+    def _one_target_one_change(self):
+        if (self.link is None) == (self.node is None):
+            raise ValueError("link: give either link: [a, b] or node: <switch>, not both or neither")
+        if (self.state is None) == (self.rate is None):
+            raise ValueError("state: give either state: down|up or rate: <new rate>, not both or neither")
+        if self.node is not None and self.rate is not None:
+            raise ValueError("rate: applies to a link (a switch has no rate of its own); use link: [a, b]")
+        return self
+
+    @property
+    def target(self) -> str:
+        return "-".join(self.link) if self.link else self.node
+
+    @property
+    def change(self) -> str:
+        return self.state if self.state else f"rate {self.rate}bit"
+
+
 class TelemetrySpec(Strict):
     interval: Annotated[int, *_unit(units.time_ns), Field(ge=10_000_000)] = units.time_ns("100ms")
 
@@ -528,6 +575,7 @@ class Scenario(Strict):
     traffic: TrafficSpec = TrafficSpec()
     telemetry: TelemetrySpec = TelemetrySpec()
     capture: list[NodeName] = []
+    failures: list[FailureSpec] = []
 
     @model_validator(mode="after")
     def _names_exist(self):
@@ -550,6 +598,7 @@ class Scenario(Strict):
                                  f"(kind {self.topology.kind}: {', '.join(self.topology.tiers)})")
         self._rail_shift_crosses()
         self._pfc_does_something()
+        self._failures_fit()
         for a, b in self.traffic.pairs:
             if a == b:
                 raise ValueError(f"@traffic.pairs: a flow from {a} to itself never crosses the fabric")
@@ -570,6 +619,39 @@ class Scenario(Strict):
         if not topo.rails_share_spines:
             raise ValueError(f"@traffic.rail_shift: cross-rail flows need topology.rails_share_spines: true "
                              f"(separate rail planes are not connected), got {shift}")
+
+    def _failures_fit(self) -> None:
+        """Every failure names switches or linked nodes of this topology and happens while the traffic runs."""
+        if not self.failures:
+            return
+        from .topology import build, node_names
+        names = set(node_names(self.topology))
+        linked = None
+        if self.traffic.engine == "rxe":
+            raise ValueError("@failures: not with traffic.engine rxe (perftest keeps its own clock); use udp, tcp "
+                             "or roce")
+        for i, f in enumerate(self.failures):
+            where = f"failures.{i}"
+            if f.at >= self.duration:
+                raise ValueError(f"@{where}.at: {f.at / 1e9:g} s is not within the run's duration "
+                                 f"({self.duration / 1e9:g} s after the traffic starts)")
+            for n in (f.link or (f.node,)):
+                if n not in names:
+                    raise ValueError(f"@{where}.{'link' if f.link else 'node'}: no node {n!r} in this topology")
+            if f.node is not None and f.node.startswith("h"):
+                raise ValueError(f"@{where}.node: {f.node} is a host; a node failure takes a switch down "
+                                 f"(use link: [{f.node}, <its leaf>] for a host's link)")
+            if f.link is not None:
+                a, b = f.link
+                if a == b:
+                    raise ValueError(f"@{where}.link: a link joins two different nodes, got [{a}, {b}]")
+                if linked is None:
+                    linked = {frozenset((ln.a.node, ln.b.node)) for ln in build(self.topology).links}
+                if frozenset((a, b)) not in linked:
+                    raise ValueError(f"@{where}.link: {a} and {b} are not linked")
+            if f.rate is not None and self.switch.classes_on:
+                raise ValueError(f"@{where}.rate: a rate change re-shapes a single-queue port; ports with traffic "
+                                 f"classes (switch.traffic_classes / pfc) are not supported")
 
     def _pfc_does_something(self) -> None:
         """Flow control (PFC or credits) that could never act is a mistake, not a configuration: refuse it with

@@ -389,3 +389,72 @@ def test_fragments_hash_without_ports(dp, topo):
     verdict, out = run(dp, pkt, port.ifindex)
     assert verdict == TC_ACT_REDIRECT
     assert egress_of(topo, out).ifindex == ups[hashing.ecmp_index(dp.switch_seed("leaf0"), a, b, 0, 0, 17, SPINES)]
+
+
+# ---------------------------------------------------------------- local fast failover (port_down)
+
+@pytest.fixture
+def downed(dp):
+    """Ports set down by a test; every one is brought back afterwards."""
+    marked = []
+
+    def down(*ports):
+        for p in ports:
+            dp.set_port_down(p.ifindex, True)
+            marked.append(p)
+    yield down
+    for p in marked:
+        dp.set_port_down(p.ifindex, False)
+
+
+@pytest.mark.parametrize("mode", ["ecmp", "flowlet", "spray", "adaptive"])
+def test_a_port_that_lost_its_link_is_never_chosen(dp, topo, downed, mode):
+    dp.set_mode(spec(load_balancing=mode))
+    port = host_port(topo, "h0")
+    ups = [p.ifindex for p in topo.uplinks("leaf0")]
+    dead = topo.uplinks("leaf0")[1]
+    downed(dead)
+    used = Counter()
+    for sp in range(42000, 42200):
+        pkt = frame(port, topo.address("h0"), topo.address("h2"), sp, 5001)
+        verdict, out = run(dp, pkt, port.ifindex)
+        assert verdict == TC_ACT_REDIRECT
+        eg = check_forwarded(topo, pkt, out)
+        used[eg.ifindex] += 1
+        if mode == "ecmp":        # the flows of the dead port move by rendezvous over the live ones, the rest stay
+            h = hashing.flow_hash(dp.switch_seed("leaf0"), topo.address("h0"), topo.address("h2"), sp, 5001, 17)
+            want = hashing.pick(h, len(ups))
+            if ups[want] == dead.ifindex:
+                want = hashing.failover_index(h, ups, {dead.ifindex})
+            assert eg.ifindex == ups[want]
+    assert dead.ifindex not in used and set(used) == set(ups) - {dead.ifindex}
+    assert dp.drop_counters()["port_down"] == 0
+    # the per-flow counters count the port the packets really took
+    assert all(dead.ifindex not in f.packets for f in dp.flow_paths())
+
+
+def test_when_every_port_of_a_group_is_down_the_packet_is_dropped_as_port_down(dp, topo, downed):
+    port = host_port(topo, "h0")
+    downed(*topo.uplinks("leaf0"))
+    verdict, _ = run(dp, frame(port, topo.address("h0"), topo.address("h2")), port.ifindex)
+    assert verdict == TC_ACT_SHOT
+    sp_port = next(p for p in topo.ports["spine0"] if p.peer_node == "leaf0")
+    to_leaf1 = next(p for p in topo.ports["spine0"] if p.peer_node == "leaf1")
+    downed(to_leaf1)                                   # a single-port group: nothing to fail over to
+    verdict, _ = run(dp, frame(sp_port, topo.address("h0"), topo.address("h3")), sp_port.ifindex)
+    assert verdict == TC_ACT_SHOT
+    assert dp.drop_counters()["port_down"] == 2
+    assert dp.port_counters()[port.ifindex].discard_reasons == {"port_down": 1}
+    assert dp.ports_down() == {p.ifindex for p in topo.uplinks("leaf0")} | {to_leaf1.ifindex}
+
+
+def test_failover_mirror_moves_only_the_dead_ports_flows():
+    ports = [101, 103, 105, 107]
+    moved = Counter()
+    for h in range(0, 1 << 32, 1 << 20):
+        i = hashing.pick(h, 4)
+        j = hashing.failover_index(h, ports, {103}) if ports[i] == 103 else i
+        assert ports[j] != 103
+        moved[ports[j]] += ports[i] == 103
+    assert hashing.failover_index(5, ports, set(ports)) is None
+    assert min(moved[p] for p in (101, 105, 107)) > 0.25 * sum(moved.values())   # spread, not to one neighbour

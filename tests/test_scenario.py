@@ -35,3 +35,64 @@ def test_roce_defaults_to_dscp_26_and_pfc_accepts_it():
                              "traffic": {"engine": "roce"}})
     assert sc.traffic.wire_dscp == 26
     assert scenario.from_dict({"traffic": {"engine": "roce", "dscp": 0}}).traffic.wire_dscp == 0
+
+
+F = {"at": "1s", "link": ["leaf0", "spine1"], "state": "down"}
+
+
+@pytest.mark.parametrize("failures,msg", [
+    ([dict(F, at="9s")], "failures.0.at: 9 s is not within the run's duration (5 s after the traffic starts)"),
+    ([F, dict(F, link=["leaf0", "leaf1"])], "failures.1.link: leaf0 and leaf1 are not linked"),
+    ([dict(F, link=["leaf0", "spine9"])], "failures.0.link: no node 'spine9' in this topology"),
+    ([dict(F, link=["leaf0", "leaf0"])], "failures.0.link: a link joins two different nodes"),
+    ([{"at": "1s", "node": "core0", "state": "down"}], "failures.0.node: no node 'core0' in this topology"),
+    ([{"at": "1s", "node": "h1", "state": "down"}], "failures.0.node: h1 is a host"),
+    ([{"at": "1s", "node": "spine1", "rate": "10mbit"}], "failures.0.rate: applies to a link"),
+    ([dict(F, rate="1mbit")], "failures.0.state: give either state: down|up or rate"),
+    ([{"at": "1s", "link": ["leaf0", "spine1"]}], "failures.0.state: give either state: down|up or rate"),
+    ([{"at": "1s", "state": "down"}], "failures.0.link: give either link: [a, b] or node"),
+    ([dict(F, state="sideways")], "failures.0.state: Input should be 'down' or 'up'"),
+    ([dict(F, colour=1)], "failures.0.colour: unknown key"),
+    ([dict(F, at="-1s")], "failures.0.at:"),
+])
+def test_bad_failures_are_one_line_naming_the_key(failures, msg):
+    import re
+    with pytest.raises(scenario.ScenarioError, match="^" + re.escape(msg)) as e:
+        scenario.from_dict({"failures": failures})
+    assert "\n" not in str(e.value)
+
+
+def test_failure_keys_need_their_context():
+    with pytest.raises(scenario.ScenarioError, match=r"^failures: not with traffic.engine rxe"):
+        scenario.from_dict({"failures": [F], "traffic": {"engine": "rxe"}})
+    with pytest.raises(scenario.ScenarioError, match=r"^failures.0.rate: a rate change re-shapes a single-queue"):
+        scenario.from_dict({"failures": [{"at": "1s", "link": ["leaf0", "spine1"], "rate": "5mbit"}],
+                            "switch": {"traffic_classes": {"dscp": {26: 3}}}})
+    sc = scenario.from_dict({"duration": "3s", "failures": [
+        F, {"at": "2.5s", "link": ["leaf0", "spine1"], "state": "up"}, {"at": "1s", "node": "spine1", "state": "down"},
+        {"at": "1s", "link": ["leaf1", "spine0"], "rate": "10mbit"}, {"at": "0.5s", "link": ["h0", "leaf0"],
+                                                                     "state": "down"}]})
+    assert [f.target for f in sc.failures] == ["leaf0-spine1", "leaf0-spine1", "spine1", "leaf1-spine0", "h0-leaf0"]
+    assert sc.failures[3].rate == 10_000_000 and sc.failures[1].at == 2_500_000_000
+    assert scenario.from_dict(scenario.to_dict(sc, roundtrip=True)) == sc
+
+
+@pytest.mark.parametrize("switch,msg", [
+    ({"routing": "sm", "sm": {"engine": "lash"}}, "switch.sm.engine: Input should be 'minhop', 'updn' or 'ftree'"),
+    ({"routing": "sm", "sm": {"sweep_interval": "10us"}}, "switch.sm.sweep_interval: must be ≥ 1000000"),
+    ({"routing": "ib"}, "switch.routing: Input should be 'distributed' or 'sm'"),
+    ({"routing": "sm", "sm": {"period": "1s"}}, "switch.sm.period: unknown key"),
+])
+def test_bad_sm_keys_are_one_line_naming_the_key(switch, msg):
+    import re
+    with pytest.raises(scenario.ScenarioError, match="^" + re.escape(msg)) as e:
+        scenario.from_dict({"switch": switch})
+    assert "\n" not in str(e.value)
+
+
+def test_sm_defaults_and_multipath_follow_the_load_balancer():
+    sc = scenario.from_dict({"switch": {"routing": "sm"}})
+    assert (sc.switch.sm.engine, sc.switch.sm.sweep_interval) == ("minhop", 10_000_000)
+    assert not sc.switch.sm_multipath
+    assert scenario.from_dict({"switch": {"routing": "sm", "load_balancing": "adaptive"}}).switch.sm_multipath
+    assert scenario.from_dict({}).switch.routing == "distributed"

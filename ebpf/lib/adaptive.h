@@ -102,7 +102,8 @@ FTB_ALWAYS_INLINE __u64 ar_choose(const struct sw_config *cfg, const struct nh_g
 		ftb_opaque(slot);
 		if (slot >= MAX_NH)
 			break;
-		sc->cost[c] = ar_cost(cfg, g->ports[slot], prio, now);
+		/* a port that lost its link costs the most: never taken while a live candidate remains */
+		sc->cost[c] = port_is_down(g->ports[slot]) ? ~0ULL : ar_cost(cfg, g->ports[slot], prio, now);
 	}
 #pragma clang loop unroll(disable)
 	for (__u64 i = 0; i < AR_CANDIDATES; i++) {
@@ -121,8 +122,9 @@ FTB_ALWAYS_INLINE __u64 ar_choose(const struct sw_config *cfg, const struct nh_g
 }
 
 /* The adaptive stage's choice for a packet of flow `p` at switch `sw` among group `g`: per packet, or — with
- * granularity flowlet — at a flowlet's start only (the port is kept while the flow's gaps stay short). Counts
- * the packet against its slot in the flow's path counters, as lb_choose does. */
+ * granularity flowlet — at a flowlet's start only (the port is kept while the flow's gaps stay short and it
+ * keeps its link). Counts the packet against its slot in the flow's path counters, as lb_choose does; MAX_NH
+ * when every candidate has lost its link. */
 FTB_ALWAYS_INLINE __u64 ar_slot(const struct sw_config *cfg, __u32 sw, const struct nh_group *g,
 				const struct pkt *p, __u64 prio)
 {
@@ -133,15 +135,20 @@ FTB_ALWAYS_INLINE __u64 ar_slot(const struct sw_config *cfg, __u32 sw, const str
 	if (n <= 1)
 		return 0;
 	fs = flow_state_of(sw, p);
-	if (cfg->ar_granularity == AR_FLOWLET && fs && fs->last_ns && now - fs->last_ns <= cfg->flowlet_timeout_ns &&
-	    fs->slot < n) {
+	slot = MAX_NH;
+	if (cfg->ar_granularity == AR_FLOWLET && fs && fs->last_ns && now - fs->last_ns <= cfg->flowlet_timeout_ns) {
 		slot = fs->slot;
-	} else {
-		slot = ar_choose(cfg, g, n, prio, now);
+		ftb_opaque(slot);
+		if (slot >= n || slot >= MAX_NH || port_is_down(g->ports[slot]))
+			slot = MAX_NH;
 	}
+	if (slot >= MAX_NH)
+		slot = ar_choose(cfg, g, n, prio, now);
 	ftb_opaque(slot);
 	if (slot >= MAX_NH)
 		slot = 0;
+	if (port_is_down(g->ports[slot]))
+		return MAX_NH;
 	if (fs) {
 		fs->slot = slot;
 		fs->last_ns = now;

@@ -64,7 +64,8 @@ enum {
 	DROP_TTL = 4,             /* TTL would expire */
 	DROP_NO_PORT = 5,         /* ingress ifindex is not a switch port (only in drop_reason_counts) */
 	DROP_BAD_EGRESS = 6,      /* next hop is not a known port: inconsistent maps */
-	DROP_MAX = 7,
+	DROP_PORT_DOWN = 7,       /* every port the group allows has lost its link (port_down) */
+	DROP_MAX = 8,
 };
 
 #define PORT_VALID 1
@@ -198,7 +199,7 @@ struct sw_config {                /* sw_config[switch_id] */
 	__u32 ar_metric;          /* AR_*: queue depth, recent load, or both */
 	__u64 flowlet_timeout_ns;
 	__u32 ar_granularity;     /* AR_PACKET | AR_FLOWLET */
-	__u32 pad;
+	__u32 track;              /* 1: per-flow path counters on single-port groups too (SM routing) */
 	__u64 load_window_ns;     /* the load metric: bytes a port sent over about this long */
 };
 
@@ -216,7 +217,7 @@ struct pkt {
 /* The forwarding decision handed from one stage (program) to the next by a tail call: the entry program parses
  * and looks up the route, the adaptive stage chooses the port, the forward stage sends. Per CPU: a tail call
  * runs on the same CPU, before anything else can. */
-enum { STAGE_ADAPTIVE = 0, STAGE_FORWARD = 1, N_STAGES = 2 };
+enum { STAGE_ADAPTIVE = 0, STAGE_FORWARD = 1, STAGE_FAILOVER = 2, N_STAGES = 3 };
 struct fwd_ctx {
 	struct pkt p;
 	__u32 sw;
@@ -229,6 +230,12 @@ struct fwd_ctx {
                                    * candidates exceeded the verifier's 1M-instruction budget, 12 take 260k) */
 struct ar_scratch {               /* per CPU: the adaptive stage's cost of each candidate port */
 	__u64 cost[AR_CANDIDATES];
+};
+
+struct fo_scratch {               /* per CPU: the failover stage's best live port so far (kept in memory, not a
+                                   * register, so the verifier does not tell iterations apart by it) */
+	__u64 best;               /* slot, MAX_NH = none alive */
+	__u64 score;
 };
 
 struct port_load {                /* port_load[ifindex]: recent tx load of a switch port (adaptive routing) */

@@ -13,6 +13,13 @@ FTB_ALWAYS_INLINE struct port_info *port_lookup(__u32 ifindex)
 	return pi;
 }
 
+/* The port has lost its link (the watcher's port_down map). */
+FTB_ALWAYS_INLINE int port_is_down(__u32 ifindex)
+{
+	__u32 *d = port_down.lookup(&ifindex);
+	return d && *d;
+}
+
 FTB_ALWAYS_INLINE struct nh_group *fib_lookup(__u32 switch_id, __u32 daddr)
 {
 	struct fib_key key = { .prefixlen = 64, .switch_id = switch_id, .addr = daddr };

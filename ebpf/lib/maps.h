@@ -8,6 +8,9 @@
 BPF_ARRAY(ports, struct port_info, PORT_SLOTS);
 BPF_LPM_TRIE(fib, struct fib_key, struct nh_group, FIB_SIZE);
 BPF_ARRAY(sw_config, struct sw_config, N_SWITCHES);
+/* 1: the port has lost its link (no carrier, or set down); kept by the link-state watcher (control/routing.py).
+ * Every egress choice skips such ports: local fast failover. */
+BPF_ARRAY(port_down, __u32, PORT_SLOTS);
 BPF_ARRAY(rr_next, __u32, N_SWITCHES);
 BPF_TABLE("lru_hash", struct flow_key, struct flow_state, flows, FLOW_SIZE);
 /* One all-zero flow_state, the initial value of new `flows` entries (too big for the 512-byte stack when
@@ -17,6 +20,7 @@ BPF_PERCPU_ARRAY(port_stats, struct port_stats, PORT_SLOTS);
 BPF_ARRAY(port_load, struct port_load, PORT_SLOTS);     /* adaptive routing's load metric (lib/adaptive.h) */
 BPF_PERCPU_ARRAY(fwd_scratch, struct fwd_ctx, 1);
 BPF_PERCPU_ARRAY(ar_scratch, struct ar_scratch, 1);       /* the decision handed between stages (tail calls) */
+BPF_PERCPU_ARRAY(fo_scratch, struct fo_scratch, 1);     /* the failover stage's choice (lib/fib.h) */
 BPF_PROG_ARRAY(stages, N_STAGES);                       /* STAGE_*: filled by the loader */
 BPF_PERCPU_ARRAY(drop_reason_counts, __u64, DROP_MAX);   /* not "drop_reasons": a kernel symbol in full headers */
 

@@ -17,9 +17,7 @@ wait behind the data queued on the port.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes as ct
-import json
 import os
 import select
 import signal
@@ -29,8 +27,8 @@ import time
 
 from ..datapath.queue_model import CTL_VQ_RESYNC, CTL_VQ_SHIFT, CTL_XON_RESET, control, drift_resync, ingress_queued
 from ..errors import HelperFailed
-from ..procname import set_process_name
 from ..fabric import netns
+from .helper import ForkedHelper, write_result
 from ..fabric.netlink import qdisc_backlog, qdisc_get_message, tbf_change_message
 from ..fabric.port import ETH_HLEN, N_PRIO, PortConfig
 
@@ -79,18 +77,16 @@ class PfcEvent(ct.Structure):                       # struct pfc_event (ebpf/lib
                 ("cause", ct.c_uint32), ("quanta", ct.c_uint16 * N_PRIO)]
 
 
-class PfcAgent:
-    """Owns the forked agent process. ``start()`` after the datapath is loaded and attached; ``stop()`` returns
-    the timings it measured (lists of µs)."""
+class PfcAgent(ForkedHelper):
+    """Owns the forked agent process (control/helper.py). ``start()`` after the datapath is loaded and attached;
+    ``stop()`` returns the timings it measured (lists of µs)."""
+
+    label = "PFC agent"
+    failure = PfcAgentFailed
 
     def __init__(self, datapath, fabric, scen):
+        super().__init__()
         self.dp, self.fabric, self.scen, self.topo = datapath, fabric, scen, fabric.topo
-        self.pid = None
-        self._rfd = None
-        self.results: dict = {}
-        self._dead_pid: int | None = None      # set once the child is reaped, with its exit status
-        self._status = ""
-        self._buffered = b""
 
     # ---- set-up in the parent (sockets must be made inside each namespace)
 
@@ -131,105 +127,20 @@ class PfcAgent:
         self._prepare()
         bpf = self.dp.bpf
         ring = bpf[b"pfc_events"]
-        rfd, wfd = os.pipe()
-        ready_r, ready_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:                                          # the agent
-            os.close(rfd)
-            os.close(ready_r)
-            _child(lambda: _Agent(self, bpf, ring, wfd, ready_w).run(), wfd, f"ftb-{self.fabric.lab}-pfc")
-        os.close(wfd)
-        os.close(ready_w)
-        self.pid, self._rfd = pid, rfd
-        ready = os.read(ready_r, 1)                           # the ring buffer is open
-        os.close(ready_r)
-        for d in (self.pkt, self.kick):
-            for s in d.values():
+
+        def close_sockets():
+            for d in (self.pkt, self.kick):
+                for s in d.values():
+                    s.close()
+            for s in self.nl.values():
                 s.close()
-        for s in self.nl.values():
-            s.close()
-        if not ready:
-            self._reap(block=True)
-            raise PfcAgentFailed(f"PFC agent (pid {pid}) exited before it was ready: {self._crash()}")
-
-    def check(self) -> None:
-        """Raise PfcAgentFailed (one line) if the agent has died; called while traffic runs."""
-        if self.pid is not None and self._reap(block=False):
-            raise PfcAgentFailed(f"PFC agent (pid {self._dead_pid}) died during the run "
-                                 f"({self._status}): {self._crash()}")
-
-    def stop(self) -> dict:
-        """End the agent and return what it measured; raise PfcAgentFailed if it crashed or its results are
-        unreadable (the timings it measured are then lost, the run's other results are not)."""
-        if self.pid is None and self._dead_pid is None:
-            return self.results
-        if self.pid is not None:
-            with contextlib.suppress(ProcessLookupError):     # it may have just exited by itself
-                os.kill(self.pid, signal.SIGTERM)
-        data = self._drain()
-        if self.pid is not None:
-            self._reap(block=True)
-        os.close(self._rfd)
-        self._rfd = None
-        if self._status != "exit 0":
-            raise PfcAgentFailed(f"PFC agent (pid {self._dead_pid}) ended with {self._status}: "
-                                 f"{self._crash(data)}")
-        try:
-            self.results = json.loads(data.decode())
-        except ValueError as e:
-            raise PfcAgentFailed(f"PFC agent (pid {self._dead_pid}) wrote unreadable results ({e}): "
-                                 f"{data[:80]!r}") from None
-        return self.results
-
-    # ---- the child's end
-
-    def _reap(self, block: bool) -> bool:
-        pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
-        if pid == 0:
-            return False
-        self._dead_pid, self.pid = self.pid, None
-        self._status = (f"exit {os.waitstatus_to_exitcode(status)}" if os.WIFEXITED(status)
-                        else f"signal {signal.Signals(os.WTERMSIG(status)).name}")
-        return True
-
-    def _drain(self) -> bytes:
-        data = self._buffered
-        while True:
-            chunk = os.read(self._rfd, 1 << 20)
-            if not chunk:
-                break
-            data += chunk
-        self._buffered = data
-        return data
-
-    def _crash(self, data: bytes | None = None) -> str:
-        """The one-line reason the child wrote before it died, if any."""
-        if data is None:
-            data = self._drain() if self._rfd is not None else self._buffered
-        try:
-            return json.loads(data.decode()).get("crashed") or "no message"
-        except ValueError:
-            return "no message (killed?)"
-
-
-def _child(body, wfd: int, name: str) -> None:
-    """Run the agent's body in the forked child and leave with os._exit, never returning into the parent's code.
-    A crash is written to the result pipe as {"crashed": "<one line>"} (and the traceback to stderr)."""
-    code = 0
-    try:
-        set_process_name(name)
-        body()
-    except BaseException as e:                                # noqa: BLE001 — reported through the pipe
-        import traceback
-        traceback.print_exc()
-        os.write(wfd, json.dumps({"crashed": f"{type(e).__name__}: {e}"[:300]}).encode())
-        code = 1
-    os._exit(code)
+        self._fork(lambda wfd, ready: _Agent(self, bpf, ring, wfd, ready).run(), f"ftb-{self.fabric.lab}-pfc",
+                   after_fork=close_sockets)
 
 
 class _Agent:
-    def __init__(self, owner: PfcAgent, bpf, ring, wfd: int, ready_w: int):
-        self.o, self.bpf, self.ring, self.wfd, self.ready_w = owner, bpf, ring, wfd, ready_w
+    def __init__(self, owner: PfcAgent, bpf, ring, wfd: int, ready):
+        self.o, self.bpf, self.ring, self.wfd, self.ready = owner, bpf, ring, wfd, ready
         self.vq, self.paused = bpf[b"vq"], bpf[b"egress_paused"]
         self.ingress, self.stats, self.pq = bpf[b"ingress_state"], bpf[b"pfc_stats"], bpf[b"port_qos"]
         self.ctl_fd = owner.dp.control_fd
@@ -266,8 +177,7 @@ class _Agent:
                                      f"so pause reactions may be slower under load")
         self.ring.open_ring_buffer(self._event)
         fd = self.ring.map_fd
-        os.write(self.ready_w, b"1")
-        os.close(self.ready_w)
+        self.ready()
         while not self.stop:
             timeout = XON_POLL_S if self.watch else max(0.0, min(0.05, self.sweep_next - time.monotonic()))
             if self.credits is not None:
@@ -487,5 +397,4 @@ class _Agent:
         out["degradations"] = self.degradations
         out["resyncs"] = self.resyncs
         out["drift_resyncs"] = self.drift_resyncs
-        os.write(self.wfd, json.dumps(out).encode())
-        os.close(self.wfd)
+        write_result(self.wfd, out)

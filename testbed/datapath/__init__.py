@@ -8,7 +8,9 @@ of maps serve all switches: the port map tells which switch a packet arrived at.
 Maps (names as in ebpf/lib/maps.h): ``ports`` (array by ifindex → switch id, MACs), ``fib`` (LPM trie keyed by
 switch id + IPv4 destination → next-hop group), ``sw_config`` (array by switch id → mode, seed, flowlet
 timeout, spray kind), ``rr_next`` (round-robin counters), ``flows`` (LRU by switch + 5-tuple → flowlet state and
-packets per next-hop slot), ``port_stats`` (per-CPU array by ifindex), ``drop_reason_counts`` (per-CPU array).
+packets per next-hop slot), ``port_stats`` (per-CPU array by ifindex), ``drop_reason_counts`` (per-CPU array),
+``port_down`` (by ifindex: 1 when the port lost its link; every egress choice skips it). With ``switch.routing:
+sm`` the FIB starts empty: the subnet manager (control/routing.py) writes a /32 per destination host.
 Congestion and flow control (ebpf/lib/qos.h; read from user space through queue_model.py): ``qos_config`` (per
 switch: DSCP → priority, lossless and ECN curves, Xoff), ``port_qos`` (per port: drain rate, buffer, limits),
 ``vq`` (per (port, priority): the queue model, under a spin lock), ``egress_paused`` (when a paused queue
@@ -38,14 +40,15 @@ __all__ = ["Datapath", "DatapathError", "PortCounters", "QueueCounters", "N_PRIO
 PROGRAM = "ftb_switch_ingress"
 NIC_RELEASE = "ftb_nic_release"     # XDP on leaf host ports: releases the sender's socket (see switch.c)
 HOST_PROGRAM = "ftb_host_ingress"
-STAGES = ("ftb_stage_adaptive", "ftb_stage_forward")   # tail-call stages, in the order of STAGE_* (common.h)
+STAGES = ("ftb_stage_adaptive", "ftb_stage_forward", "ftb_stage_failover")   # tail-call stages, in the order of
+                                                                             # STAGE_* (common.h)
 CONTROL_PROGRAM = "ftb_ctl"          # user space's atomic changes to the queue model (run with PROG_TEST_RUN)
 MODES = {"ecmp": 0, "flowlet": 1, "spray": 2, "adaptive": 3}
 AR_METRICS = {"queue": 0, "load": 1, "queue+load": 2}
 AR_GRANULARITY = {"packet": 0, "flowlet": 1}
 SPRAY_KINDS = {"random": 0, "round_robin": 1}
 # Index = the DROP_* enum in ebpf/lib/common.h.
-DROP_REASONS = ("not_ipv4", "malformed", "no_route", "empty_group", "ttl", "no_port", "bad_egress")
+DROP_REASONS = ("not_ipv4", "malformed", "no_route", "empty_group", "ttl", "no_port", "bad_egress", "port_down")
 MIN_MAX_NH = 16
 PORT_VALID = 1
 
@@ -153,12 +156,18 @@ class Datapath:
             rows.sort(key=lambda r: -r[1])
         self.max_nh = max([MIN_MAX_NH] + [len(e.ports) for e in topo.fib])
         hosts = len(topo.hosts)
+        self.sm = getattr(switch_spec, "routing", "distributed") == "sm"
+        nics = sum(1 for ps in topo.ports.values() for p in ps if p.address)
+        # SM: one /32 per (switch, destination NIC); distributed: the topology's FIB plus, after failures, one
+        # override per (switch, leaf prefix)
+        extra = len(topo.switches) * nics if self.sm else len(topo.switches) * max(1, sum(
+            1 for e in topo.fib if not e.ports and topo.nodes[e.switch].kind == "leaf"))
         self.sizes = {
             "MAX_NH": self.max_nh,
             "PORT_SLOTS": max([1] + [p.ifindex for ps in topo.ports.values() for p in ps]) + 1,
             "N_SWITCHES": max(1, len(topo.switch_ids)),
             "ACCT_SLOTS": max([1] + [len(topo.ports[sw]) for sw in topo.switches]),
-            "FIB_SIZE": len(topo.fib) + 16,
+            "FIB_SIZE": len(topo.fib) + extra + 16,
             "FLOW_SIZE": min(65536, max(4096, _pow2(2 * hosts * hosts))),
         }
 
@@ -194,7 +203,8 @@ class Datapath:
             for i, fn in enumerate(self._stages):
                 stages[ct.c_int(i)] = ct.c_int(fn.fd)
             self._fill_ports()
-            self._fill_fib()
+            if not self.sm:                    # SM routing: the subnet manager programs the FIB
+                self._fill_fib()
             self.set_mode(self.switch_spec)
             self._fill_qos()
         except Exception:
@@ -448,6 +458,7 @@ class Datapath:
             v.ar_metric = AR_METRICS[ar.metric]
             v.ar_granularity = AR_GRANULARITY[ar.granularity]
             v.load_window_ns = int(ar.load_window)
+            v.track = 1 if getattr(switch_spec, "routing", "distributed") == "sm" else 0
             if switch_spec.load_balancing == "adaptive" and ar.flowlet_timeout is not None:
                 v.flowlet_timeout_ns = int(ar.flowlet_timeout)
             t[t.Key(sid)] = v
@@ -487,13 +498,36 @@ class Datapath:
         return {name: int(sum(t.getvalue(t.Key(i)))) for i, name in enumerate(DROP_REASONS)}
 
     def next_hops(self, switch: str, daddr: str) -> tuple[int, ...]:
-        """The next-hop group (egress ifindexes) the FIB gives ``switch`` for ``daddr``."""
+        """The next-hop group (egress ifindexes) the FIB gives ``switch`` for ``daddr`` now: the live map (the
+        subnet manager or a reroute may have changed it), or the topology's FIB before the program is loaded."""
+        if self._bpf is not None:
+            t = self._bpf[b"fib"]
+            k = t.Key()
+            k.prefixlen, k.switch_id, k.addr = 64, self.topo.switch_ids[switch], _net_u32(daddr)
+            try:
+                v = t[k]
+            except KeyError:
+                return ()
+            return tuple(int(v.ports[i]) for i in range(min(v.n, self.max_nh)))
         a = int(ipaddress.IPv4Address(daddr))
         for net, plen, ports in self._fib_by_switch.get(switch, ()):
             mask = (0xFFFFFFFF << (32 - plen)) & 0xFFFFFFFF
             if (a & mask) == net:
                 return ports
         return ()
+
+    def set_port_down(self, ifindex: int, down: bool) -> None:
+        """Mark a switch port as having lost (or regained) its link; every egress choice skips a down port.
+        The link-state watcher (control/routing.py) keeps this map in a running lab; tests set it directly."""
+        self._need()
+        t = self._bpf[b"port_down"]
+        t[t.Key(ifindex)] = t.Leaf(1 if down else 0)
+
+    def ports_down(self) -> set[int]:
+        """Switch ports the datapath currently treats as down."""
+        self._need()
+        t = self._bpf[b"port_down"]
+        return {i for i in self._switch_ports if t[t.Key(i)].value}
 
     def flow_paths(self) -> list[FlowPath]:
         """Per-flow packet counts per next hop at switches where the flow had a choice (n > 1)."""

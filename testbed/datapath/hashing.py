@@ -66,3 +66,18 @@ def pick(h: int, n: int) -> int:
 def ecmp_index(seed: int, saddr, daddr, sport: int, dport: int, proto: int, n: int) -> int:
     """The next-hop slot (0..n-1) ECMP chooses at a switch whose seed is ``seed``."""
     return pick(flow_hash(seed, saddr, daddr, sport, dport, proto), n)
+
+
+def failover_index(h: int, ports, down) -> int | None:
+    """The slot local fast failover takes when a flow's chosen port has lost its link: of the group's live
+    ports, the one with the highest fmix32(h ^ port · golden) (rendezvous hashing, as ebpf/lib/lb.h
+    failover_slot); None when every port is down. ``h``: the flow hash (flow_hash) or, spraying, a random
+    number."""
+    best, best_score = None, 0
+    for i, port in enumerate(ports):
+        if port in down:
+            continue
+        score = fmix32((h ^ (port * _GOLDEN)) & M32) + 1
+        if score > best_score:
+            best, best_score = i, score
+    return best

@@ -18,17 +18,18 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from .columns import (COLLECTIVE_COLUMNS, COLLECTIVES_CSV, FLOW_COLUMNS, FLOWS_CSV, LINK_COLUMNS, LINKS_CSV,
-                      MANIFEST, MANIFEST_INPUTS, META_KEYS, PLOT_FILES, RESULT_FILES, SUMMARY_COLUMNS, SUMMARY_CSV,
-                      SUMMARY_EXTRA_COLUMNS, SWEEP_CSV, SWEEP_PNG)
+from .columns import (COLLECTIVE_COLUMNS, COLLECTIVES_CSV, FAILURE_COLUMNS, FAILURES_CSV, FLOW_COLUMNS, FLOWS_CSV,
+                      LINK_COLUMNS, LINKS_CSV, MANIFEST, MANIFEST_INPUTS, META_KEYS, PLOT_FILES, RESULT_FILES,
+                      SM_COLUMNS, SM_CSV, SUMMARY_COLUMNS, SUMMARY_CSV, SUMMARY_EXTRA_COLUMNS, SWEEP_CSV, SWEEP_PNG)
 from .files import ReportError, atomic_write, read_csv, read_manifest, write_csv, write_json
-from .frames import collectives_frame, flows_frame, links_frame, ordered
+from .frames import collectives_frame, failures_frame, flows_frame, links_frame, ordered, sm_frame
 from .plots import _figure, _save, plots
 from .summary import _num, summarize
 
 __all__ = ["ReportError", "LINK_COLUMNS", "FLOW_COLUMNS", "SUMMARY_COLUMNS", "SUMMARY_EXTRA_COLUMNS",
-           "COLLECTIVE_COLUMNS", "PLOT_FILES", "links_frame", "flows_frame", "collectives_frame", "summarize",
-           "plots", "write_run", "report", "sweep_table", "write_sweep", "atomic_write"]
+           "COLLECTIVE_COLUMNS", "FAILURE_COLUMNS", "SM_COLUMNS", "PLOT_FILES", "links_frame", "flows_frame",
+           "collectives_frame", "failures_frame", "sm_frame", "summarize", "plots", "write_run", "report",
+           "sweep_table", "write_sweep", "atomic_write"]
 
 
 def _summary_frame(row: Mapping[str, Any]) -> pd.DataFrame:
@@ -41,11 +42,14 @@ def _present(outdir: Path) -> list[str]:
 
 def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Iterable[Mapping[str, Any]],
               flows: Iterable[Mapping[str, Any]], cpu: Mapping[str, Any] | None,
-              meta: Mapping[str, Any], collectives: Iterable[Mapping[str, Any]] | None = None) -> dict:
+              meta: Mapping[str, Any], collectives: Iterable[Mapping[str, Any]] | None = None,
+              failures: Iterable[Mapping[str, Any]] | None = None,
+              sm: Iterable[Mapping[str, Any]] | None = None) -> dict:
     """Write a run's result directory (created if needed) and return its summary row.
 
-    Order: links.csv, flows.csv, summary.csv, plots, then manifest.json (with `files` and the summary inputs
-    under `report_inputs`), so a manifest always describes files that exist.
+    Order: links.csv, flows.csv, [collectives.csv, failures.csv, sm.csv], summary.csv, plots, then manifest.json
+    (with `files` and the summary inputs under `report_inputs`), so a manifest always describes files that
+    exist.
     """
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -57,7 +61,13 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
     if collectives is not None:
         coll_df = collectives_frame(collectives)
         write_csv(outdir / COLLECTIVES_CSV, coll_df)
-    row = summarize(links_df, flows_df, cpu, meta, coll_df)
+    fail_df = None
+    if failures is not None:
+        fail_df = failures_frame(failures)
+        write_csv(outdir / FAILURES_CSV, fail_df)
+    if sm is not None:
+        write_csv(outdir / SM_CSV, sm_frame(sm))
+    row = summarize(links_df, flows_df, cpu, meta, coll_df, fail_df)
     write_csv(outdir / SUMMARY_CSV, _summary_frame(row))
     plots(outdir, links_df, flows_df)
     m = dict(manifest or {})
@@ -109,7 +119,8 @@ def report(outdir: str | os.PathLike) -> dict:
     """Recompute summary.csv and the plots of an existing result directory from its files; returns the row."""
     d, manifest, links_df, flows_df, meta, cpu = _load(outdir)
     coll_df = collectives_frame(read_csv(d / COLLECTIVES_CSV)) if (d / COLLECTIVES_CSV).is_file() else None
-    row = summarize(links_df, flows_df, cpu, meta, coll_df)
+    fail_df = failures_frame(read_csv(d / FAILURES_CSV)) if (d / FAILURES_CSV).is_file() else None
+    row = summarize(links_df, flows_df, cpu, meta, coll_df, fail_df)
     write_csv(d / SUMMARY_CSV, _summary_frame(row))
     plots(d, links_df, flows_df)
     if manifest is not None:
@@ -134,7 +145,8 @@ def sweep_table(dirs: Iterable[str | os.PathLike]) -> pd.DataFrame:
             row = {k: _num(v) for k, v in s.iloc[0].items()}
         else:
             _, _, links_df, flows_df, meta, cpu = _load(d)
-            row = summarize(links_df, flows_df, cpu, meta)
+            fail_df = failures_frame(read_csv(d / FAILURES_CSV)) if (d / FAILURES_CSV).is_file() else None
+            row = summarize(links_df, flows_df, cpu, meta, failures_df=fail_df)
         row["run_dir"] = str(d)
         rows.append(row)
     if not rows:

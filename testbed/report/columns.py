@@ -25,9 +25,16 @@ SUMMARY_EXTRA_COLUMNS = ["flows", "flows_completed", "fct_mean_ms", "fct_max_ms"
                          "uplink_imbalance_max", "traffic_start_s", "traffic_end_s", "traffic_window_s",
                          "discards", "ctl_lost", "cpu_worst_core", "cpu_worst_time_s", "cpu_saturated_share",
                          "backlogged_samples",
-                         "starved_samples", "starved_share", "failed", "credit_stalls", "credit_stall_s_total"]
+                         "starved_samples", "starved_share", "failed", "failure_lost_packets", "reroute_ms_max",
+                         "credit_stalls", "credit_stall_s_total"]
 #: collectives.csv (runs with collective jobs): one row per job iteration.
 COLLECTIVE_COLUMNS = ["job", "iteration", "op", "bytes", "start_s", "end_s", "jct_ms"]
+#: failures.csv (runs with `failures`): one row per scheduled event.
+FAILURE_COLUMNS = ["event", "time_s", "at_s", "kind", "target", "change", "detected_s", "rerouted_s",
+                   "lost_packets", "affected_flows", "dip_max", "flow_dips"]
+#: sm.csv (runs with switch.routing: sm): one row per sweep that changed the tables (and the initial one).
+SM_COLUMNS = ["sweep", "time_s", "kind", "ports", "detect_s", "compute_s", "entries", "install_s", "held_s",
+              "switches"]
 
 META_KEYS = SUMMARY_COLUMNS[:6]
 
@@ -36,10 +43,13 @@ LINKS_CSV = "links.csv"
 FLOWS_CSV = "flows.csv"
 SUMMARY_CSV = "summary.csv"
 COLLECTIVES_CSV = "collectives.csv"
+FAILURES_CSV = "failures.csv"
+SM_CSV = "sm.csv"
 SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
 #: plot name → file name.
 PLOT_FILES = {"uplink_util": "uplink_util.png", "uplink_bytes": "uplink_bytes.png", "fct_cdf": "fct_cdf.png"}
-RESULT_FILES = [MANIFEST, LINKS_CSV, FLOWS_CSV, SUMMARY_CSV, COLLECTIVES_CSV, *PLOT_FILES.values()]
+RESULT_FILES = [MANIFEST, LINKS_CSV, FLOWS_CSV, SUMMARY_CSV, COLLECTIVES_CSV, FAILURES_CSV, SM_CSV,
+                *PLOT_FILES.values()]
 #: manifest key under which write_run stores the summary inputs, so `report` can recompute the same row.
 MANIFEST_INPUTS = "report_inputs"

@@ -9,7 +9,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .columns import COLLECTIVE_COLUMNS, FLOW_COLUMNS, LINK_COLUMNS, LINK_KNOWN_EXTRA, LINK_QOS_COLUMNS
+from .columns import (COLLECTIVE_COLUMNS, FAILURE_COLUMNS, FLOW_COLUMNS, LINK_COLUMNS, LINK_KNOWN_EXTRA,
+                      LINK_QOS_COLUMNS, SM_COLUMNS)
 
 _LINK_NUMERIC = ["time_s", "bytes", "packets", "util", "rate_bps", "interval_s"]
 _FLOW_NUMERIC = ["sport", "dport", "bytes", "start_s", "end_s", "fct_s", "goodput_mbps", "paths_used"]
@@ -65,3 +66,18 @@ def collectives_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.Da
     df = _with_columns(df, COLLECTIVE_COLUMNS, "collectives")
     df = _coerce(df, ["iteration", "bytes", "start_s", "end_s", "jct_ms"])
     return ordered(df, COLLECTIVE_COLUMNS)
+
+
+def failures_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    df = pd.DataFrame(list(rows)) if not isinstance(rows, pd.DataFrame) else rows.copy()
+    df = _with_columns(df, FAILURE_COLUMNS, "failures")
+    df = _coerce(df, ["event", "time_s", "at_s", "detected_s", "rerouted_s", "lost_packets", "affected_flows",
+                      "dip_max"])
+    return ordered(df, FAILURE_COLUMNS)
+
+
+def sm_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    df = pd.DataFrame(list(rows)) if not isinstance(rows, pd.DataFrame) else rows.copy()
+    df = _with_columns(df, SM_COLUMNS, "sm")
+    df = _coerce(df, ["sweep", "time_s", "detect_s", "compute_s", "entries", "install_s", "held_s", "switches"])
+    return ordered(df, SM_COLUMNS)

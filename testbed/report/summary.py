@@ -173,8 +173,20 @@ def _quantile(s: pd.Series, q: float) -> float:
     return float(s.quantile(q)) if len(s) else math.nan
 
 
+def failure_figures(failures_df: pd.DataFrame | None) -> tuple[Any, Any]:
+    """(failure_lost_packets, reroute_ms_max) from failures.csv: the packets lost over every event's window
+    (NaN when no event's loss was measured: no failures, or no UDP flow), and the slowest reroute in ms (NaN
+    when no event was rerouted)."""
+    if failures_df is None or not len(failures_df):
+        return math.nan, math.nan
+    lost = pd.to_numeric(failures_df["lost_packets"], errors="coerce").dropna()
+    rer = pd.to_numeric(failures_df["rerouted_s"], errors="coerce").dropna()
+    return (_num(lost.sum()) if len(lost) else math.nan, float(rer.max() * 1e3) if len(rer) else math.nan)
+
+
 def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, Any] | None,
-              meta: Mapping[str, Any], collectives_df: pd.DataFrame | None = None) -> dict:
+              meta: Mapping[str, Any], collectives_df: pd.DataFrame | None = None,
+              failures_df: pd.DataFrame | None = None) -> dict:
     """The one summary row (see results/README.md for every definition). Plain Python values, NaN if undefined."""
     cpu, meta = dict(cpu or {}), dict(meta or {})
     links_df = links_frame(links_df if links_df is not None else [])
@@ -240,6 +252,7 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     row["starved_samples"] = starving
     row["starved_share"] = starved_share
     row["failed"] = meta.get("failed")
+    row["failure_lost_packets"], row["reroute_ms_max"] = failure_figures(failures_df)
     row["credit_stalls"] = _links_sum(links_df, "credit_stalls")
     row["credit_stall_s_total"] = float(_links_sum(links_df, "credit_stall_s", "rx"))
     for k, v in meta.items():  # extra scalar metadata (e.g. topology name) after the contract columns

@@ -23,14 +23,15 @@ DEFAULT_SNDBUF = 212992     # net.core.wmem_default: what one socket would get, 
 
 
 def _jobs(flows: list[Flow], hosts: list[str], t0: float, duration_s: float, packet_size: int, grace_s: float,
-          drain_s: float, sndbuf_bytes: Optional[int]) -> dict[str, dict]:
+          drain_s: float, sndbuf_bytes: Optional[int], timeline_bin_s: Optional[float] = None) -> dict[str, dict]:
     by_src: dict[str, list] = {h: [] for h in hosts}
     by_dst: dict[str, list] = {h: [] for h in hosts}
     for f in flows:
         by_src[f.src].append(f.to_dict())
         by_dst[f.dst].append(f.to_dict())
     return {h: {"host": h, "t0": t0, "duration_s": duration_s, "packet_size": packet_size, "grace_s": grace_s,
-                "drain_s": drain_s, "sndbuf_bytes": sndbuf_bytes, "send": by_src[h], "recv": by_dst[h]}
+                "drain_s": drain_s, "sndbuf_bytes": sndbuf_bytes, "send": by_src[h], "recv": by_dst[h],
+                "timeline_bin_s": timeline_bin_s}
             for h in hosts}
 
 
@@ -38,7 +39,8 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
         timeout_s: Optional[float] = None, *, grace_s: float = 2.0, drain_s: float = 0.3,
         sndbuf_bytes: Optional[int] = DEFAULT_SNDBUF, start_margin_s: Optional[float] = None,
         info: Optional[dict] = None, origin: Optional[float] = None,
-        check: Optional[Callable[[], None]] = None) -> list[FlowResult]:
+        check: Optional[Callable[[], None]] = None, on_t0: Optional[Callable[[float], None]] = None,
+        timeline_bin_s: Optional[float] = None) -> list[FlowResult]:
     """Run ``flows`` for at most ``duration_s`` (+ ``grace_s`` to drain), one agent per involved host, and return
     one FlowResult per flow, in the order given.
 
@@ -50,6 +52,9 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
     ``info``: if given, receives ``t0`` (epoch seconds) and ``unknown_packets`` per host.
     ``origin``: epoch seconds result times are relative to (default t0).
     ``check``: called while traffic runs; may raise to abort (e.g. a helper process of the run died).
+    ``on_t0``: called with t0 once it is chosen, before the agents get their jobs (the failure scheduler's
+    clock). ``timeline_bin_s``: receivers also record bytes per bin of this length and UDP sequence gaps;
+    ``info["timelines"]`` gets them per flow id.
     """
     if not flows:
         return []
@@ -65,7 +70,10 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
         agents.wait_ready(hard_end, t_begin)
         # t0 shortly after now: every agent only has to parse its job and bind its sockets
         t0 = time.time() + (start_margin_s if start_margin_s is not None else 0.15 + 0.01 * len(hosts))
-        agents.hand_jobs(_jobs(flows, hosts, t0, duration_s, packet_size, grace_s, drain_s, sndbuf_bytes))
+        if on_t0 is not None:
+            on_t0(t0)
+        agents.hand_jobs(_jobs(flows, hosts, t0, duration_s, packet_size, grace_s, drain_s, sndbuf_bytes,
+                               timeline_bin_s))
         outputs = agents.collect(hard_end, timeout_s, check)
     for host, out in outputs.items():
         late = out.get("bound_at", 0) - t0
@@ -76,6 +84,9 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
         info["t0"] = t0
         info["unknown_packets"] = {h: out.get("unknown_packets", 0) for h, out in outputs.items()}
         info["agent_problems"] = agents.problems
+        if timeline_bin_s:
+            info["timelines"] = {f.flow_id: outputs[f.dst]["recv"].get(str(f.flow_id), {}).get("timeline")
+                                 for f in flows}
     base = origin if origin is not None else t0
     return [flow_result(f, base, outputs[f.src]["send"].get(str(f.flow_id), {}),
                         outputs[f.dst]["recv"].get(str(f.flow_id), {})) for f in flows]

@@ -147,6 +147,13 @@ def send(senders, t0: float, deadline: float, give_up: float) -> None:
             s.abort("still running at the end of the grace period")
 
 
+def _rx_result(st) -> dict:
+    out = st.result()
+    if getattr(st, "tl_bin", None):
+        out["timeline"] = st.timeline()
+    return out
+
+
 def run_job(job: dict) -> dict:
     t0 = float(job["t0"])
     duration = float(job["duration_s"])
@@ -174,6 +181,8 @@ def run_job(job: dict) -> dict:
         states += st
     for st in states:
         st.deadline = deadline
+        if job.get("timeline_bin_s"):
+            st.timeline_on(t0, float(job["timeline_bin_s"]))
     bound_at = time.time()
     senders = []
     for f in job["send"]:
@@ -202,7 +211,7 @@ def run_job(job: dict) -> dict:
         "t0": t0,
         "bound_at": bound_at,
         "send": {str(s.flow["flow_id"]): s.stats() for s in senders},
-        "recv": {str(st.flow_id): st.result() for st in states},
+        "recv": {str(st.flow_id): _rx_result(st) for st in states},
         "unknown_packets": rx_result.get("unknown", 0),
     }
 

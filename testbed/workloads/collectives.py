@@ -82,9 +82,10 @@ def schedule(traffic, topo, seed: int) -> list[list[Step]]:
 
 
 def run_jobs(traffic, topo, seed: int, ns_of, duration_s: float, packet_size: int, sndbuf_bytes=None,
-             log=lambda s: None, origin: float | None = None, check=None):
+             log=lambda s: None, origin: float | None = None, check=None, on_t0=None):
     """Run every round; return (flows, results, op rows). Times are seconds since ``origin`` (epoch seconds;
-    default the first round's t0). ``check`` is handed to every round (it may raise to abort the run)."""
+    default the first round's t0). ``check`` is handed to every round (it may raise to abort the run);
+    ``on_t0`` gets every round's t0 (the failure scheduler takes the first)."""
     from . import run as run_flows
     name, engine = _engine(traffic)
     opts = roce_opts(traffic, topo) if name == "roce" else None
@@ -114,7 +115,8 @@ def run_jobs(traffic, topo, seed: int, ns_of, duration_s: float, packet_size: in
                 fid += 1
         info: dict = {}
         limit = max(1.0, give_up - time.time())
-        results = run_flows(flows, ns_of, limit, packet_size, sndbuf_bytes=sndbuf_bytes, info=info, check=check)
+        results = run_flows(flows, ns_of, limit, packet_size, sndbuf_bytes=sndbuf_bytes, info=info, check=check,
+                            on_t0=on_t0)
         t0 = info["t0"]
         if origin is None:
             origin = t0

@@ -65,10 +65,13 @@ class Pacer:
 
 
 
+TIMELINE_JUMPS = 20000               # sequence jumps a flow's timeline keeps (a spraying flow reorders a lot)
+
+
 class RxFlow:
     __slots__ = ("flow_id", "size", "expected", "bytes", "packets", "dup", "reordered", "max_seq", "first_rx",
                  "last_rx", "bitmap", "owd_sum", "owd_max", "sent_total", "end_at", "eof", "complete_at",
-                 "proto", "drain_s", "deadline")
+                 "proto", "drain_s", "deadline", "tl_bin", "tl_t0", "bins", "jumps", "max_ts", "jumps_dropped")
 
     def __init__(self, flow: dict, proto: str, expected: int | None, drain_s: float):
         self.flow_id = flow["flow_id"]
@@ -91,6 +94,55 @@ class RxFlow:
         self.complete_at = None
         self.drain_s = drain_s
         self.deadline = None              # t0 + duration: UDP flows idle for drain_s after it are over
+        self.tl_bin = None                # timeline (runs with failures): bytes received per bin from tl_t0 …
+        self.tl_t0 = 0.0
+        self.bins: list[int] = []
+        self.jumps: list[tuple] = []      # … and UDP sequence jumps: (tx time before, tx time after, seq a, seq b)
+        self.max_ts = None
+        self.jumps_dropped = 0
+
+    def timeline_on(self, t0: float, bin_s: float) -> None:
+        """Record the receive rate over time and where packets went missing (failures.csv: dips and losses)."""
+        self.tl_t0, self.tl_bin = t0, bin_s
+
+    def tick(self, t: float, n: int) -> None:
+        """``n`` bytes arrived at ``t`` (timeline on)."""
+        i = int((t - self.tl_t0) / self.tl_bin)
+        if i < 0:
+            i = 0
+        b = self.bins
+        if i >= len(b):
+            b.extend([0] * (i - len(b) + 64))
+        b[i] += n
+
+    def jump(self, ts: float, seq: int) -> None:
+        """A UDP packet ``seq`` (sent at ``ts``) arrived above the highest sequence seen + 1: the packets in
+        between are late or lost; ``timeline()`` tells which from the bitmap at the end."""
+        if len(self.jumps) < TIMELINE_JUMPS:
+            self.jumps.append((self.max_ts if self.max_ts is not None else ts, ts, self.max_seq, seq))
+        else:
+            self.jumps_dropped += 1
+
+    def timeline(self) -> dict:
+        """Bytes per bin (trailing empty bins cut) and, for UDP, the gaps still missing at the end: (tx time of
+        the packet before, tx time of the packet after, packets missing), times in epoch seconds."""
+        b = self.bins
+        n = len(b)
+        while n and not b[n - 1]:
+            n -= 1
+        out = {"t0": self.tl_t0, "bin_s": self.tl_bin, "bins": b[:n]}
+        if self.proto == "udp":
+            gaps, bm = [], self.bitmap
+            for ta, tb, a, z in self.jumps:
+                missing = sum(1 for s in range(a + 1, z) if not (s >> 3 < len(bm) and bm[s >> 3] & (1 << (s & 7))))
+                if missing:
+                    gaps.append((ta, tb, missing))
+            expect = self.sent_total if self.sent_total is not None else self.expected
+            if expect is not None and expect > self.max_seq + 1 and self.max_ts is not None:
+                gaps.append((self.max_ts, self.end_at or self.max_ts, expect - self.max_seq - 1))   # the tail
+            out["gaps"] = gaps
+            out["jumps_dropped"] = self.jumps_dropped
+        return out
 
     @property
     def complete(self) -> bool:

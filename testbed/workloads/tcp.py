@@ -221,6 +221,8 @@ class TcpConn:
                     st.first_rx = t
                 st.last_rx = t
                 st.bytes += data_n
+                if st.tl_bin is not None:
+                    st.tick(t, data_n)
         return None
 
     def close(self):

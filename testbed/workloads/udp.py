@@ -212,7 +212,13 @@ class UdpReceiver:
             if seq < st.max_seq:
                 st.reordered += 1
             else:
+                if st.tl_bin is not None:
+                    if seq > st.max_seq + 1:
+                        st.jump(ts, seq)
+                    st.max_ts = ts
                 st.max_seq = seq
+            if st.tl_bin is not None:
+                st.tick(t, n)
             d = t - ts
             st.owd_sum += d
             if d > st.owd_max:

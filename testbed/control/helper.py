@@ -1,0 +1,162 @@
+"""What every forked helper of a lab shares (the PFC agent, the routing agent, the failure scheduler).
+
+A helper is a child forked by the lab after the datapath is loaded, so it inherits the BPF map fds; the parent
+prepares every socket inside the right namespace before the fork. The child reports through a pipe: one JSON
+object when it ends (its measurements), or ``{"crashed": "<one line>"}`` when it dies of an exception. The
+parent checks it while traffic runs (``check``: a dead helper fails the run in one line naming it) and ends it
+with SIGTERM (``stop``: returns what it measured, or raises its one-line failure).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+
+from ..errors import HelperFailed
+from ..procname import set_process_name
+
+
+def child(body, wfd: int, name: str, detach: bool = False) -> None:
+    """Run a helper's body in the forked child and leave with os._exit, never returning into the parent's
+    code, whatever happens. A crash is written to the result pipe as {"crashed": "<one line>"} (and the
+    traceback to stderr). The child's stdin and stdout are /dev/null — a helper of a `testbed up` lab outlives
+    the command and must not hold its output pipe open — and with ``detach`` stderr too."""
+    code = 0
+    try:
+        try:
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2) if detach else (0, 1):
+                os.dup2(null, fd)
+            os.close(null)
+            set_process_name(name)
+            body()
+        except BaseException as e:                            # noqa: BLE001 — reported through the pipe
+            import traceback
+            traceback.print_exc()
+            code = 1
+            _deliver(wfd, json.dumps({"crashed": f"{type(e).__name__}: {e}"[:300]}).encode())
+    finally:
+        os._exit(code)
+
+
+def _deliver(wfd: int, data: bytes) -> None:
+    """Write ``data`` to the result pipe. If the parent is gone (a `testbed up` lab: the command that made it has
+    returned; `testbed down` ends the helper), there is no one to read it: said on stderr, not raised."""
+    view = memoryview(data)
+    try:
+        while view:
+            n = os.write(wfd, view)
+            view = view[n:]
+    except BrokenPipeError:
+        print(f"helper {os.getpid()}: results not delivered, the lab's owner is gone", file=sys.stderr)
+
+
+def write_result(wfd: int, out: dict) -> None:
+    """The child's last word: its results as one JSON object (the pipe is then closed)."""
+    _deliver(wfd, json.dumps(out).encode())
+    os.close(wfd)
+
+
+class ForkedHelper:
+    """The parent's side of one helper process: fork, readiness, health check, stop and results. Subclasses
+    set ``label`` (how messages name it, e.g. "PFC agent") and ``failure`` (a HelperFailed subclass)."""
+
+    label = "helper"
+    failure = HelperFailed
+    detach = False               # the lab outlives this command (`testbed up`): no stderr for the helper
+
+    def __init__(self):
+        self.pid = None
+        self._rfd = None
+        self.results: dict = {}
+        self._dead_pid: int | None = None      # set once the child is reaped, with its exit status
+        self._status = ""
+        self._buffered = b""
+
+    def _fork(self, body, name: str, after_fork=None) -> None:
+        """Fork the child running ``body(wfd, ready)`` (``ready()`` tells the parent it is up) and wait until it
+        is ready; raise ``failure`` if it dies before. ``after_fork`` runs in the parent once the child is
+        ready or dead (close what only the child needs)."""
+        rfd, wfd = os.pipe()
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                          # the helper
+            os.close(rfd)
+            os.close(ready_r)
+
+            def ready():
+                os.write(ready_w, b"1")
+                os.close(ready_w)
+            child(lambda: body(wfd, ready), wfd, name, self.detach)
+        os.close(wfd)
+        os.close(ready_w)
+        self.pid, self._rfd = pid, rfd
+        try:
+            ok = os.read(ready_r, 1)
+        finally:
+            os.close(ready_r)
+            if after_fork is not None:
+                after_fork()
+        if not ok:
+            self._reap(block=True)
+            raise self.failure(f"{self.label} (pid {pid}) exited before it was ready: {self._crash()}")
+
+    def check(self) -> None:
+        """Raise ``failure`` (one line) if the helper has died; called while traffic runs."""
+        if self.pid is not None and self._reap(block=False):
+            raise self.failure(f"{self.label} (pid {self._dead_pid}) died during the run "
+                               f"({self._status}): {self._crash()}")
+
+    def stop(self) -> dict:
+        """End the helper and return what it measured; raise ``failure`` if it crashed or its results are
+        unreadable (what it measured is then lost, the run's other results are not)."""
+        if self.pid is None and self._dead_pid is None:
+            return self.results
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):     # it may have just exited by itself
+                os.kill(self.pid, signal.SIGTERM)
+        data = self._drain()
+        if self.pid is not None:
+            self._reap(block=True)
+        if self._rfd is not None:
+            os.close(self._rfd)
+            self._rfd = None
+        if self._status != "exit 0":
+            raise self.failure(f"{self.label} (pid {self._dead_pid}) ended with {self._status}: "
+                               f"{self._crash(data)}")
+        try:
+            self.results = json.loads(data.decode())
+        except ValueError as e:
+            raise self.failure(f"{self.label} (pid {self._dead_pid}) wrote unreadable results ({e}): "
+                               f"{data[:80]!r}") from None
+        return self.results
+
+    def _reap(self, block: bool) -> bool:
+        pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+        if pid == 0:
+            return False
+        self._dead_pid, self.pid = self.pid, None
+        self._status = (f"exit {os.waitstatus_to_exitcode(status)}" if os.WIFEXITED(status)
+                        else f"signal {signal.Signals(os.WTERMSIG(status)).name}")
+        return True
+
+    def _drain(self) -> bytes:
+        data = self._buffered
+        while self._rfd is not None:
+            chunk = os.read(self._rfd, 1 << 20)
+            if not chunk:
+                break
+            data += chunk
+        self._buffered = data
+        return data
+
+    def _crash(self, data: bytes | None = None) -> str:
+        """The one-line reason the child wrote before it died, if any."""
+        if data is None:
+            data = self._drain() if self._rfd is not None else self._buffered
+        try:
+            return json.loads(data.decode()).get("crashed") or "no message"
+        except ValueError:
+            return "no message (killed?)"

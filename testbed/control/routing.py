@@ -1,0 +1,377 @@
+"""The routing agent: one forked process per lab that watches the fabric's links and keeps forwarding right.
+
+It learns link state from the kernel, not from the scenario: every switch namespace's rtnetlink socket (a
+port is up while it is administratively up and has carrier, IFF_UP | IFF_LOWER_UP — a veth loses carrier on
+both ends when either end goes down). Two jobs:
+
+- **Link-state watcher** (both routings): RTMGRP_LINK notifications arrive the moment a port's carrier changes,
+  and the agent marks the port in the datapath's ``port_down`` map at once. Every egress choice skips such a
+  port (ebpf/lib/lb.h failover_slot, lib/adaptive.h): local fast failover, as a switch's hardware does.
+- **Routing**:
+  - ``switch.routing: distributed`` — the reaction a routing protocol converges to, computed right after the
+    notification: per (switch, leaf prefix) the ECMP group of the shortest valley-free paths over the links that
+    are up (engines.prefix_groups). Where that differs from the topology's FIB more than the local failover
+    already covers (the switch's own dead ports), an override entry (the leaf's /24) is written into ``fib``;
+    when the link comes back the override goes. A spine that lost its link to leaf X gets an empty group for X
+    (withdrawn) and every other switch stops sending X's traffic to it.
+  - ``switch.routing: sm`` — a subnet manager: every ``switch.sm.sweep_interval`` it reads every switch's port
+    states (one RTM_GETLINK dump per switch namespace: the sweep), and when they changed it recomputes the
+    tables with its engine (engines.py: minhop, updn, ftree) and writes the entries that differ — a /32 per
+    (switch, destination NIC) with the port(s) the engine chose. Until a sweep has seen a failure, packets for
+    a dead single-port entry are dropped (``port_down``), as in an InfiniBand subnet between a link going down
+    and the SM's re-route.
+
+Everything it did is reported when it ends: every carrier change it saw (``local``), every reroute or sweep that
+changed something (``changes``: when it saw the change, compute and install times, entries written), sweep
+counts and durations. A crash fails the run in one line (control/helper.py).
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import struct
+import time
+
+from ..errors import HelperFailed
+from ..fabric import netns
+from ..topology.routing import Router
+from . import engines
+from .helper import ForkedHelper, write_result
+
+RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+NLM_F_REQUEST, NLM_F_DUMP = 1, 0x300
+RTMGRP_LINK = 1
+IFF_UP, IFF_LOWER_UP = 0x1, 0x10000
+WATCH_POLL_S = 0.05                  # the longest the agent sleeps between checks for SIGTERM
+MAX_CHANGES = 500                    # change records kept (a flapping link must not grow the results unbounded)
+
+
+class RoutingAgentFailed(HelperFailed):
+    """The routing agent (subnet manager or link-state watcher) died or could not report; one line."""
+
+
+def link_dump_message(seq: int = 1) -> bytes:
+    """RTM_GETLINK dump request (header + an empty ifinfomsg)."""
+    return struct.pack("IHHII", 32, RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + bytes(16)
+
+
+def parse_links(data: bytes) -> tuple[list[tuple[int, bool]], bool]:
+    """(ifindex, up) of every RTM_NEWLINK / RTM_DELLINK message in ``data``, and whether the dump ended. Only the
+    ifinfomsg header is read: its flags say IFF_UP and IFF_LOWER_UP (carrier), nothing else is needed."""
+    out, done, off = [], False, 0
+    while off + 16 <= len(data):
+        length, mtype = struct.unpack_from("IH", data, off)
+        if length < 16:
+            break
+        if mtype == NLMSG_DONE:
+            done = True
+        elif mtype == NLMSG_ERROR:
+            code = struct.unpack_from("i", data, off + 16)[0]
+            if code:
+                raise OSError(-code, f"link dump: {os.strerror(-code)}")
+        elif mtype in (RTM_NEWLINK, RTM_DELLINK) and length >= 32:
+            _fam, _pad, _type, ifindex, flags, _change = struct.unpack_from("BBHiII", data, off + 16)
+            up = mtype == RTM_NEWLINK and (flags & (IFF_UP | IFF_LOWER_UP)) == (IFF_UP | IFF_LOWER_UP)
+            out.append((ifindex, up))
+        off += (length + 3) & ~3
+    return out, done
+
+
+def _u32(addr: str) -> int:
+    return int.from_bytes(socket.inet_aton(addr), "little")
+
+
+def _put(t, sid: int, addr: int, plen: int, ports, max_nh: int) -> None:
+    k = t.Key()
+    k.prefixlen, k.switch_id, k.addr = 32 + plen, sid, addr
+    v = t.Leaf()
+    ports = tuple(ports)[:max_nh]
+    v.n = len(ports)
+    for i, p in enumerate(ports):
+        v.ports[i] = p
+    t[k] = v
+
+
+def _delete(t, sid: int, addr: int, plen: int) -> None:
+    k = t.Key()
+    k.prefixlen, k.switch_id, k.addr = 32 + plen, sid, addr
+    del t[k]
+
+
+def write_tables(bpf, topo, old: engines.Tables, new: engines.Tables, max_nh: int = 16,
+                 switches: set | None = None) -> int:
+    """Bring the FIB from the SM tables ``old`` to ``new``: write every (switch, destination) /32 whose ports
+    differ, delete those ``new`` no longer has. Returns the entries written or deleted; ``switches`` (if given)
+    collects the switches that got any."""
+    t = bpf[b"fib"]
+    ids = topo.switch_ids
+    n = 0
+    for key, ports in new.items():
+        if old.get(key) != ports:
+            _put(t, ids[key[0]], _u32(key[1]), 32, ports, max_nh)
+            n += 1
+            if switches is not None:
+                switches.add(key[0])
+    for key in old.keys() - new.keys():
+        _delete(t, ids[key[0]], _u32(key[1]), 32)
+        n += 1
+        if switches is not None:
+            switches.add(key[0])
+    return n
+
+
+class Distributed:
+    """What the distributed side adds to the topology's FIB after failures (pure: no maps)."""
+
+    def __init__(self, topo):
+        self.topo = topo
+        self.router = Router(topo)
+        self.prefixes = engines.leaf_prefixes(topo)
+        self.exact = {(e.switch, e.prefix, e.plen): tuple(e.ports) for e in topo.fib}
+        healthy = engines.prefix_groups(engines.graph(topo), list(self.prefixes))
+        self.reach = {k for k, v in healthy.items() if v}     # pairs that have a route at all (rails: planes)
+
+    def overrides(self, down) -> dict[tuple[str, str, int], tuple[int, ...]]:
+        """(switch, prefix, plen) → group, where the valley-free ECMP group over the live links differs from the
+        topology's group minus the switch's own dead ports (which the datapath skips by itself)."""
+        groups = engines.prefix_groups(engines.graph(self.topo, down), list(self.prefixes))
+        out = {}
+        for (s, leaf), ports in groups.items():
+            if (s, leaf) not in self.reach:
+                continue
+            for net, plen in self.prefixes[leaf]:
+                base = self.router.group(s, net) or ()
+                if {p for p in base if p not in down} == ports:
+                    continue
+                out[(s, net, plen)] = tuple(p for p in base if p in ports) + tuple(sorted(ports - set(base)))
+        return out
+
+    def write(self, bpf, old: dict, new: dict, max_nh: int = 16, switches: set | None = None) -> int:
+        """Install ``new`` overrides over ``old``; an override that goes restores the topology's entry of that
+        key (where it had one) or is deleted. Returns entries written or deleted."""
+        t = bpf[b"fib"]
+        ids = self.topo.switch_ids
+        n = 0
+        for key in old.keys() | new.keys():
+            if key in new and old.get(key) == new[key]:
+                continue
+            s, net, plen = key
+            if key in new:
+                _put(t, ids[s], _u32(net), plen, new[key], max_nh)
+            elif key in self.exact:
+                _put(t, ids[s], _u32(net), plen, self.exact[key], max_nh)
+            else:
+                _delete(t, ids[s], _u32(net), plen)
+            n += 1
+            if switches is not None:
+                switches.add(s)
+        return n
+
+
+class RoutingAgent(ForkedHelper):
+    """The parent's side (control/helper.py): ``start()`` once the datapath is loaded and attached — returns
+    when the watcher has read every port and, under SM routing, the SM has programmed every switch."""
+
+    failure = RoutingAgentFailed
+
+    def __init__(self, datapath, fabric, scen):
+        super().__init__()
+        self.dp, self.fabric, self.scen, self.topo = datapath, fabric, scen, fabric.topo
+        self.sm = scen.switch.routing == "sm"
+        self.label = "subnet manager" if self.sm else "link-state watcher"
+
+    def _prepare(self) -> None:
+        def sockets():
+            ev = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+            try:
+                ev.setsockopt(socket.SOL_SOCKET, 33, 1 << 20)           # SO_RCVBUFFORCE: a burst of changes
+            except OSError:
+                ev.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            ev.bind((0, RTMGRP_LINK))
+            ev.setblocking(False)
+            dump = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+            dump.bind((0, 0))
+            dump.settimeout(netns.NETLINK_TIMEOUT_S)
+            return ev, dump
+        self.ev, self.dump = {}, {}
+        for sw in self.topo.switches:
+            self.ev[sw], self.dump[sw] = netns.run_in(self.fabric.ns[sw], sockets)
+
+    def start(self) -> None:
+        self._prepare()
+        bpf = self.dp.bpf
+
+        def close_sockets():
+            for d in (self.ev, self.dump):
+                for s in d.values():
+                    s.close()
+        name = f"ftb-{self.fabric.lab}-{'sm' if self.sm else 'lsw'}"
+        self._fork(lambda wfd, ready: _Agent(self, bpf, wfd, ready).run(), name, after_fork=close_sockets)
+
+
+class _Agent:
+    def __init__(self, owner: RoutingAgent, bpf, wfd: int, ready):
+        self.o, self.bpf, self.wfd, self.ready = owner, bpf, wfd, ready
+        self.topo, self.sm = owner.topo, owner.sm
+        self.max_nh = owner.dp.max_nh
+        self.port_down = bpf[b"port_down"]
+        self.switch_of = {p.ifindex: sw for sw in self.topo.switches for p in self.topo.ports[sw]}
+        self.sock_sw = {s.fileno(): sw for sw, s in owner.ev.items()}
+        self.state: dict[int, bool] = {}           # the watcher's view: switch port → up
+        self.view: dict[int, bool] = {}            # what routing was last computed from
+        self.last_event: dict[int, float] = {}     # switch port → when the watcher saw its last change
+        self.local: list[dict] = []
+        self.changes: list[dict] = []
+        self.changes_dropped = 0
+        self.errors: list[str] = []
+        self.stop = False
+        spec = owner.scen.switch
+        self.engine = spec.sm.engine
+        self.multipath = spec.sm_multipath
+        self.interval = spec.sm.sweep_interval / 1e9
+        self.sweeps = 0
+        self.late_sweeps = 0
+        self.sweep_s: list[float] = []
+        self.tables: engines.Tables = {}
+        self.dist = None if self.sm else Distributed(self.topo)
+        self.overrides: dict = {}
+
+    # ---- reading the kernel
+
+    def _dump(self, sw: str) -> list[tuple[int, bool]]:
+        s = self.o.dump[sw]
+        s.send(link_dump_message())
+        out = []
+        while True:
+            links, done = parse_links(s.recv(1 << 20))
+            out += links
+            if done:
+                return [(i, up) for i, up in out if i in self.switch_of]
+
+    def _sweep_read(self) -> dict[int, bool]:
+        state = {}
+        for sw in self.topo.switches:
+            state.update(self._dump(sw))
+        return state
+
+    def _events(self, fd: int) -> list[tuple[int, bool]]:
+        s = self.o.ev[self.sock_sw[fd]]
+        out = []
+        while True:
+            try:
+                data = s.recv(1 << 20)
+            except BlockingIOError:
+                return out
+            out += [(i, up) for i, up in parse_links(data)[0] if i in self.switch_of]
+
+    def _mark(self, ifindex: int, up: bool) -> None:
+        self.port_down[self.port_down.Key(ifindex)] = self.port_down.Leaf(0 if up else 1)
+
+    # ---- routing
+
+    def _down(self, view: dict[int, bool]) -> frozenset:
+        return frozenset(i for i, up in view.items() if not up)
+
+    def _route(self, view: dict[int, bool], t_detect: float, changed: list[tuple[int, bool]], kind: str) -> None:
+        """Recompute from ``view`` and write what differs; record the change."""
+        t0 = time.perf_counter()
+        down = self._down(view)
+        if self.sm:
+            new = engines.compute(self.engine, engines.graph(self.topo, down), multipath=self.multipath,
+                                  prev=self.tables or None)
+        else:
+            new = self.dist.overrides(down)
+        t1 = time.perf_counter()
+        switches: set = set()
+        w0 = time.time()
+        if self.sm:
+            entries = write_tables(self.bpf, self.topo, self.tables, new, self.max_nh, switches)
+            self.tables = new
+        else:
+            entries = self.dist.write(self.bpf, self.overrides, new, self.max_nh, switches)
+            self.overrides = new
+        done = time.time()
+        self.view = dict(view)
+        events = [self.last_event[i] for i, _ in changed if i in self.last_event]
+        rec = {"kind": kind, "t_detect": t_detect, "t_event": min(events) if events else None,
+               "ports": [[i, up] for i, up in changed] if kind != "initial" else [], "port_count": len(changed),
+               "compute_s": t1 - t0, "entries": entries,
+               "install_s": done - w0, "t_done": done, "switches": len(switches)}
+        if len(self.changes) < MAX_CHANGES:
+            self.changes.append(rec)
+        else:
+            self.changes_dropped += 1
+
+    def _sweep(self) -> None:
+        t0 = time.time()
+        try:
+            state = self._sweep_read()
+        except OSError as e:
+            self.errors.append(f"sweep {self.sweeps}: {e}")
+            return
+        t_read = time.time()
+        self.sweeps += 1
+        self.sweep_s.append(t_read - t0)
+        changed = [(i, up) for i, up in state.items() if self.view.get(i) != up]
+        if changed:
+            self._route(state, t_read, changed, "sweep")
+
+    # ---- the loop
+
+    def run(self):
+        signal.signal(signal.SIGTERM, self._term)
+        self.state = self._sweep_read()
+        now = time.time()
+        for i in self.switch_of:
+            up = self.state.get(i, False)
+            self.state[i] = up
+            self._mark(i, up)
+            self.last_event[i] = now
+        self._route(self.state, now, sorted(self.state.items()), "initial")
+        self.ready()
+        fds = list(self.sock_sw)
+        next_sweep = time.monotonic() + self.interval
+        while not self.stop:
+            timeout = min(WATCH_POLL_S, max(0.0, next_sweep - time.monotonic())) if self.sm else WATCH_POLL_S
+            try:
+                readable, _, _ = select.select(fds, [], [], timeout)
+            except InterruptedError:
+                continue
+            changed = []
+            t = time.time()
+            for fd in readable:
+                for i, up in self._events(fd):
+                    if self.state.get(i) != up:
+                        self.state[i] = up
+                        self._mark(i, up)                          # local fast failover, at once
+                        self.last_event[i] = t
+                        changed.append((i, up))
+                        self.local.append({"t": t, "ifindex": i, "up": up})
+            if changed and not self.sm:
+                # the routing protocol's part: everything else stops using what the failure cut off
+                self._route(self.state, t, changed, "reroute")
+            if self.sm and time.monotonic() >= next_sweep:
+                self._sweep()
+                next_sweep += self.interval
+                if next_sweep < time.monotonic():
+                    self.late_sweeps += 1
+                    next_sweep = time.monotonic() + self.interval
+        write_result(self.wfd, {
+            "mode": "sm" if self.sm else "distributed", "engine": self.engine if self.sm else None,
+            "sweep_interval_s": self.interval if self.sm else None, "sweeps": self.sweeps,
+            "late_sweeps": self.late_sweeps, "sweep_s": _stats(self.sweep_s), "local": self.local[:MAX_CHANGES],
+            "changes": self.changes, "changes_dropped": self.changes_dropped, "errors": self.errors[:20],
+            "error_count": len(self.errors), "entries": len(self.tables) if self.sm else len(self.overrides)})
+
+    def _term(self, *_):
+        self.stop = True
+
+
+def _stats(xs: list[float]) -> dict:
+    if not xs:
+        return {"n": 0, "mean": None, "p50": None, "max": None}
+    s = sorted(xs)
+    return {"n": len(s), "mean": sum(s) / len(s), "p50": s[len(s) // 2], "max": s[-1]}
