@@ -141,6 +141,9 @@ class Lab:
         self.scheduler_results: dict = {}
         self.failures: list[str] = []           # helpers that failed (one line each), for the run to report
         self.warnings = headroom_warnings(self.ports, scen.switch)
+        if scen.switch.credit_on:                 # refused here, before anything is built
+            from .control.credits import check_buffers
+            self.warnings += check_buffers(self.ports, scen.switch)
 
     def __enter__(self) -> "Lab":
         LABS_DIR.mkdir(parents=True, exist_ok=True)

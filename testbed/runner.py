@@ -22,6 +22,7 @@ from . import __version__, report, telemetry, workloads
 from .errors import HelperFailed
 from .fabric import netns
 from .fabric.capture import Captures
+from .fabric.port import nics_have_classes
 from .lab import Lab, reap_stale
 from .scenario import Scenario, to_dict
 from .workloads import WorkloadError
@@ -54,13 +55,19 @@ def _versions() -> dict:
     return out
 
 
-def set_host_classes(scen: Scenario, flows) -> None:
-    """hosts.pfc: each flow's socket selects its host NIC class (the leaf's DSCP → priority map)."""
-    if not (scen.hosts.pfc and scen.switch.classes_on):
-        return
+def host_prio(scen: Scenario, dscp: int) -> int | None:
+    """The host NIC class a flow marked ``dscp`` takes (the leaf's DSCP → priority map) when NICs have classes
+    (they obey PFC or credits); None: the NIC's single queue."""
+    if not nics_have_classes(scen.switch, scen.hosts.pfc):
+        return None
     tc = scen.switch.qos("leaf").traffic_classes
+    return tc.dscp.get(dscp, tc.default)
+
+
+def set_host_classes(scen: Scenario, flows) -> None:
+    """Each flow's socket selects its host NIC class (see host_prio)."""
     for f in flows:
-        f.prio = tc.dscp.get(f.dscp, tc.default)
+        f.prio = host_prio(scen, f.dscp)
 
 
 @dataclass
@@ -88,7 +95,8 @@ def _traffic(scen: Scenario, lab: Lab, origin: float, check: Callable[[], None],
         log(f"traffic: {len(tr.job_list())} collective job(s) ({tr.engine}), up to {duration_s:g} s")
         out.flows, pairs, out.collectives = collectives.run_jobs(tr, topo, scen.seed, ns_of, duration_s,
                                                                  packet_size, sndbuf_bytes=sndbuf, log=log,
-                                                                 origin=origin, check=check, on_t0=on_t0)
+                                                                 origin=origin, check=check, on_t0=on_t0,
+                                                                 prio=host_prio(scen, tr.wire_dscp))
         out.results, out.steps = [r for r, _ in pairs], [s for _, s in pairs]
         return out
     out.flows = workloads.plan(tr, topo, scen.seed, duration_s)

@@ -671,6 +671,16 @@ class Scenario(Strict):
                                  f"priority is lossless, so it would {never}; make one lossless and send on "
                                  f"it, e.g. {where}.traffic_classes: {{dscp: {{26: 3}}, lossless: [3]}} with "
                                  f"traffic.dscp: 26")
+        credit = [tier for tier in self.topology.tiers if sw.qos(tier).credit.enabled]
+        if credit:
+            maps = {tier: (sw.qos(tier).traffic_classes.dscp, sw.qos(tier).traffic_classes.default)
+                    for tier in self.topology.tiers}
+            first = self.topology.tiers[0]
+            for tier, m in maps.items():
+                if m != maps[first]:
+                    raise ValueError(f"@switch.tiers.{tier}.traffic_classes: with credit flow control every tier "
+                                     f"must map DSCPs to the same priorities as the {first} switches (a receiver "
+                                     f"meters the sender's class of its own priority)")
         if on and t.engine != "rxe":
             d = t.wire_dscp
             if all(q.traffic_classes.dscp.get(d, q.traffic_classes.default) not in q.traffic_classes.lossless

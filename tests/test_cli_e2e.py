@@ -96,6 +96,9 @@ def test_report_regenerates_summary(tmp_path):
     ("switch: {pfc: {enabled: true}, traffic_classes: {dscp: {26: 3}, lossless: [3]}}\n",
      "traffic.dscp: PFC protects priorities [3] but the traffic (DSCP 0 → priority 0) is lossy, so PFC would never "
      "pause anything; set traffic.dscp: 26"),
+    ("switch: {credit: {enabled: true, buffer: 4KB}, traffic_classes: {dscp: {26: 3}, lossless: [3]}}\n"
+     "traffic: {dscp: 26}\n",
+     "switch.credit.buffer: 4096 bytes of credit buffer (leaf switches"),
 ])
 def test_bad_scenarios_give_one_clear_line(tmp_path, text, expect):
     before = netns.list_names()

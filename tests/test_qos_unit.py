@@ -188,6 +188,22 @@ def test_lossless_not_dropped_at_buffer(dp, topo):
     assert q[(out.ifindex, 3)].drops == 0 and q[(out.ifindex, 3)].packets == 1
 
 
+def test_lossless_ingress_overflows_at_xoff_plus_headroom(dp, topo):
+    """PFC's buffer per lossless ingress is Xoff + headroom: a packet that would take the ingress's queued bytes
+    past it is lost, counted as a drop of the egress queue and an overflow of the ingress. (Headroom too small
+    for the upstream's reaction loses packets, as on a real switch.)"""
+    inp, out = ports(topo)
+    freeze(dp, out, 3)
+    f = bytes(pkt(topo, tos=26 << 2))
+    limit = XOFF + 64 * 1024
+    fit = limit // len(f)
+    verdicts = [run(dp, f, inp.ifindex)[0] for _ in range(fit + 2)]
+    assert verdicts == [TC_ACT_REDIRECT] * fit + [TC_ACT_SHOT] * 2
+    q = dp.queue_counters(ports=[inp.ifindex, out.ifindex])
+    assert q[(inp.ifindex, 3)].overflows == 2 and q[(out.ifindex, 3)].drops == 2
+    assert dp.ingress_queued(inp.ifindex, 3) == fit * len(f)
+
+
 def test_xoff_by_ingress_accounting_once(dp, topo):
     """Xoff when the bytes this ingress has queued in the switch pass Xoff (not the egress depth): exactly at
     the packet that crosses it, once."""

@@ -238,12 +238,12 @@ def test_util_uneven_two_leaves_asymmetric():
     assert row["uplink_imbalance"] == pytest.approx((1.5 * 16 + 2.0 * 8) / 24)
 
 
-def _tx(port, backlogs, utils, offered, paused=0.0):
+def _tx(port, backlogs, utils, offered, paused=0.0, **extra):
     rows = []
     for i, (b, u, o) in enumerate(zip(backlogs, utils, offered)):
         rows.append(dict(time_s=(i + 1) * IV, switch="leaf0", port=port, peer=port, direction="tx", role="up",
                          rate_bps=RATE, bytes=int(u * RATE * IV / 8), packets=1, interval_s=IV, backlog_bytes=b,
-                         offered_bytes=o, paused_s=paused))
+                         offered_bytes=o, paused_s=paused, **extra))
     return rows
 
 
@@ -258,6 +258,26 @@ def test_starved_shaper_samples_flag_the_run():
     assert row["backlogged_samples"] == 3 and row["starved_samples"] == 2
     assert row["starved_share"] == pytest.approx(2 / 3)
     assert row["cpu_bound"] is True
+
+
+def test_credit_counters_sum_rx_rows_and_a_waiting_port_is_not_starved():
+    """Credits: the summary adds up the receiving ports' rx rows (3 + 1 stalls, 0.25 + 0.5 s); the tx rows'
+    credit_wait_s (the same stall seen from the sender) is not counted again, and a port that waited for credit
+    with a standing queue delivered little because it had no credit, not because it was starved of CPU."""
+    cap = RATE * IV / 8
+    rows = _tx("spine0", [50_000] * 4, [0.2] * 4, [cap] * 4, credit_wait_s=0.05)
+    rows += [dict(time_s=IV, switch="spine0", port="leaf0", peer="leaf0", direction="rx", role="down",
+                  rate_bps=RATE, bytes=0, packets=0, interval_s=IV, credit_stalls=3, credit_stall_s=0.25,
+                  credits_granted=1000),
+             dict(time_s=2 * IV, switch="spine0", port="leaf0", peer="leaf0", direction="rx", role="down",
+                  rate_bps=RATE, bytes=0, packets=0, interval_s=IV, credit_stalls=1, credit_stall_s=0.5,
+                  credits_granted=0)]
+    row = rp.summarize(rp.links_frame(rows), rp.flows_frame(_flows(("leaf0", "leaf1", 0.0, 2.0))), CPU, META)
+    assert row["credit_stalls"] == 4 and row["credit_stall_s_total"] == pytest.approx(0.75)
+    assert row["backlogged_samples"] == 0 and row["starved_samples"] == 0 and row["cpu_bound"] is False
+    no_credit = rp.summarize(rp.links_frame(_tx("spine0", [0] * 2, [0.5] * 2, [cap] * 2)),
+                             rp.flows_frame([]), CPU, META)
+    assert no_credit["credit_stalls"] == 0 and no_credit["credit_stall_s_total"] == 0.0
 
 
 def test_a_port_without_enough_work_is_not_starved():

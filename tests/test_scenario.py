@@ -22,8 +22,22 @@ def test_a_resolved_scenario_reads_back_to_itself():
     ({"switch": {"pfc": {"enabled": True}}}, "switch.traffic_classes.lossless: PFC is enabled"),
     ({"switch": {"pfc": {"enabled": True}, "traffic_classes": {"dscp": {26: 3}, "lossless": [3]}}},
      "traffic.dscp: PFC protects priorities [3] but the traffic (DSCP 0 → priority 0) is lossy"),
+    ({"switch": {"credit": {"enabled": True}}},
+     "switch.traffic_classes.lossless: credit flow control is enabled (leaf switches) but no priority is lossless"),
+    ({"switch": {"credit": {"enabled": True}, "traffic_classes": {"dscp": {26: 3}, "lossless": [3]}}},
+     "credit flow control protects priorities [3] but the traffic (DSCP 0 → priority 0) is lossy"),
+    ({"switch": {"credit": {"enabled": True}, "pfc": {"enabled": True},
+                 "traffic_classes": {"dscp": {26: 3}, "lossless": [3]}}, "traffic": {"dscp": 26}},
+     "switch.credit.enabled: credit-based flow control and PFC would both govern"),
+    ({"switch": {"pfc": {"enabled": True}, "traffic_classes": {"dscp": {26: 3}, "lossless": [3]},
+                 "tiers": {"spine": {"credit": {"enabled": True}}}}, "traffic": {"dscp": 26}},
+     "switch.tiers.spine.credit.enabled: credit-based flow control and PFC would both govern"),
+    ({"switch": {"credit": {"enabled": True}, "traffic_classes": {"dscp": {26: 3}, "lossless": [3]},
+                 "tiers": {"spine": {"traffic_classes": {"dscp": {26: 4}, "lossless": [4]}}}},
+      "traffic": {"dscp": 26}},
+     "switch.tiers.spine.traffic_classes: with credit flow control every tier must map DSCPs to the same"),
 ])
-def test_pfc_that_would_pause_nothing_is_refused(doc, msg):
+def test_flow_control_that_would_do_nothing_or_clash_is_refused(doc, msg):
     import re
     with pytest.raises(scenario.ScenarioError, match=re.escape(msg)):
         scenario.from_dict(doc)
@@ -96,3 +110,13 @@ def test_sm_defaults_and_multipath_follow_the_load_balancer():
     assert not sc.switch.sm_multipath
     assert scenario.from_dict({"switch": {"routing": "sm", "load_balancing": "adaptive"}}).switch.sm_multipath
     assert scenario.from_dict({}).switch.routing == "distributed"
+
+
+def test_credits_make_their_priorities_lossless_per_tier():
+    sc = scenario.from_dict({"switch": {"traffic_classes": {"dscp": {26: 3}, "lossless": [3]},
+                                        "tiers": {"spine": {"credit": {"enabled": True, "buffer": "32KB"}}}},
+                             "traffic": {"dscp": 26}})
+    leaf, spine = sc.switch.qos("leaf"), sc.switch.qos("spine")
+    assert (leaf.flow_control, leaf.lossless) == (None, [])            # no flow control: lossless means nothing
+    assert (spine.flow_control, spine.lossless, spine.credit.buffer) == ("credit", [3], 32 * 1024)
+    assert sc.switch.credit_on and sc.switch.classes_on

@@ -16,14 +16,19 @@ FTB_ALWAYS_INLINE __u64 ar_queue_ns(__u32 port, __u64 prio, __u64 now)
 	__u32 k = port * N_PRIO + prio;
 	struct vqueue *q = vq.lookup(&k);
 	__u64 *pa = egress_paused.lookup(&k);
-	__u64 eff = now, finish;
+	struct port_qos *pq = port_qos.lookup(&port);
+	__u64 eff = now, finish, ns, held;
 
 	if (!q)
 		return 0;
 	if (pa && *pa && *pa < now)
 		return ~0ULL >> 2;            /* paused: it sends nothing until resumed */
 	finish = *(volatile __u64 *)&q->finish;
-	return finish > eff ? finish - eff : 0;
+	ns = finish > eff ? finish - eff : 0;
+	held = vq_capped(*(volatile __u64 *)&q->enq, *(volatile __u64 *)&q->cap);    /* out of credit */
+	if (pq && held * pq->ps_per_byte / 1000 > ns)
+		ns = held * pq->ps_per_byte / 1000;
+	return ns;
 }
 
 /* How long the port was busy sending over about the last load window, in ns: its decaying byte count (aged to

@@ -148,7 +148,14 @@ struct vqueue {                   /* vq[ifindex * N_PRIO + prio]: the model of o
 	__u32 pad;
 	__u64 finish;             /* when it would be empty, draining at the port rate (ns, CLOCK_MONOTONIC) */
 	__u64 enq;                /* bytes ever enqueued */
+	__u64 cap;                /* credits: the stream position it may send up to (its receiver's grant); 0 = none */
 };
+
+/* Bytes a queue holds by its credit cap: what it enqueued beyond the position its receiver let it send to. */
+FTB_ALWAYS_INLINE __u64 vq_capped(__u64 enq, __u64 cap)
+{
+	return cap && enq > cap ? enq - cap : 0;
+}
 
 struct acct_scratch {             /* per CPU: where each chunk's egress queue has sent up to, for a recount */
 	__u64 sent[ACCT_SLOTS];
@@ -156,13 +163,13 @@ struct acct_scratch {             /* per CPU: where each chunk's egress queue ha
 
 /* Commands of the control program (ftb_ctl), run by user space with BPF_PROG_TEST_RUN on a packet that holds
  * one struct ctl_cmd: changes to the queue model that must be atomic with the switch program's updates. */
-enum { CTL_VQ_RESYNC = 1, CTL_VQ_SHIFT = 2, CTL_XON_RESET = 3 };
+enum { CTL_VQ_RESYNC = 1, CTL_VQ_SHIFT = 2, CTL_XON_RESET = 3, CTL_VQ_CREDIT = 4 };
 struct ctl_cmd {
 	__u32 op;
 	__u32 key;                /* vq index (ifindex * N_PRIO + prio) or ingress_state index */
-	__u64 a;                  /* RESYNC: base time (ns); SHIFT: only if the finish time is after a */
-	__u64 b;                  /* RESYNC: backlog (ns of service); SHIFT: ns to add */
-	__u64 c;                  /* RESYNC: the finish time read before the backlog was read */
+	__u64 a;                  /* RESYNC, CREDIT: base time (ns); SHIFT: only if the finish time is after a */
+	__u64 b;                  /* RESYNC: backlog (ns of service); SHIFT: ns to add; CREDIT: bytes really sent */
+	__u64 c;                  /* RESYNC: the finish time read before the backlog was read; CREDIT: the cap */
 };
 
 struct pfc_event {

@@ -94,15 +94,15 @@ FTB_ALWAYS_INLINE int ecn_should_mark(__u64 depth, __u64 kmin, __u64 kmax, __u64
 	return (__u64)r < pmax * (depth - kmin) / (kmax - kmin);
 }
 
-/* Bytes egress queue (port, prio) has sent so far in the model: enqueued − depth now (read under its lock, so
- * the two describe the same packets). */
+/* Bytes egress queue (port, prio) has sent so far in the model: enqueued − depth now, never past its credit cap
+ * (read under its lock, so they describe the same packets). */
 FTB_ALWAYS_INLINE __u64 qos_sent(__u32 port, __u64 prio, __u64 now)
 {
 	__u32 k = port * N_PRIO + prio;
 	struct port_qos *pq = port_qos.lookup(&port);
 	struct vqueue *q = vq.lookup(&k);
 	__u64 *pa = egress_paused.lookup(&k);
-	__u64 eff = now, depth = 0, finish, enq;
+	__u64 eff = now, depth = 0, finish, enq, cap;
 
 	if (!pq || !q || !pq->ps_per_byte)
 		return 0;
@@ -111,9 +111,12 @@ FTB_ALWAYS_INLINE __u64 qos_sent(__u32 port, __u64 prio, __u64 now)
 	bpf_spin_lock(&q->lock);
 	finish = q->finish;
 	enq = q->enq;
+	cap = q->cap;
 	bpf_spin_unlock(&q->lock);
 	if (finish > eff)
 		depth = (finish - eff) * 1000 / pq->ps_per_byte;
+	if (depth < vq_capped(enq, cap))
+		depth = vq_capped(enq, cap);
 	return enq > depth ? enq - depth : 0;
 }
 
@@ -151,6 +154,8 @@ FTB_ALWAYS_INLINE int vq_enqueue(struct vqueue *q, __u64 eff, __u64 svc, __u64 p
 	bpf_spin_lock(&q->lock);
 	base = q->finish < eff ? eff : q->finish;
 	*depth = (base - eff) * 1000 / ps;
+	if (*depth < vq_capped(q->enq, q->cap))   /* out of credit: it holds what it may not send yet */
+		*depth = vq_capped(q->enq, q->cap);
 	if (*depth + len > limit) {
 		verdict = -1;
 	} else {
@@ -366,6 +371,19 @@ FTB_ALWAYS_INLINE int qos_control(const struct ctl_cmd *c)
 	q = vq.lookup(&key);
 	if (!q)
 		return -1;
+	if (c->op == CTL_VQ_CREDIT) {
+		/* a grant: the queue may send up to stream position c; it has really sent b bytes (what its receiver
+		 * got), so it holds enq − b, draining at the port rate from a until the cap */
+		__u32 port = key / N_PRIO;
+		struct port_qos *pq = port_qos.lookup(&port);
+		if (!pq)
+			return -1;
+		bpf_spin_lock(&q->lock);
+		q->cap = c->c;
+		q->finish = c->a + (q->enq > c->b ? q->enq - c->b : 0) * pq->ps_per_byte / 1000;
+		bpf_spin_unlock(&q->lock);
+		return 0;
+	}
 	bpf_spin_lock(&q->lock);
 	f = q->finish;
 	if (c->op == CTL_VQ_RESYNC) {

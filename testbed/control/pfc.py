@@ -269,7 +269,7 @@ class _Agent:
             return
         self.netlink(port, self.o.msgs[key][0])
         now = self._now()
-        self.freeze(port, prio, now)
+        self._freeze(port, prio, now)
         down = self.o.ports[port].peer_ifindex
         t_xoff = self.xoff_at.get((down, prio))
         if t_xoff:
@@ -281,27 +281,27 @@ class _Agent:
             return
         self.netlink(port, self.o.msgs[key][1])
         now = self._now()
-        since = self.thaw(port, prio, now)
+        since = self._thaw(port, prio, now)
         sk = self.stats.Key(port * N_PRIO + prio)
         st = self.stats[sk]
         st.paused_ns += now - since
         self.stats[sk] = st
         self.kick(port, prio)
 
-    def freeze(self, port: int, prio: int, now: int) -> None:
+    def _freeze(self, port: int, prio: int, now: int) -> None:
         """Tell the queue model that (port, prio) stopped sending at ``now`` (paused by PFC, or out of credit)
         and set it to the class's real backlog."""
         self.paused[self.paused.Key(port * N_PRIO + prio)] = self.paused.Leaf(now)
         self.egress_since[(port, prio)] = now
         self._resync(port, prio, now)
 
-    def thaw(self, port: int, prio: int, now: int) -> int:
+    def _thaw(self, port: int, prio: int, now: int) -> int:
         """The queue of (port, prio) sends again from ``now``: the model drains again (shifted by the time it
         stood still, or resynchronised); returns when it had stopped."""
         since = self.egress_since.pop((port, prio))
         idx = port * N_PRIO + prio
         if not self._resync(port, prio, now):                  # the queue did not drain while stopped
-            self._control(CTL_VQ_SHIFT, idx, since, now - since)
+            self.control(CTL_VQ_SHIFT, idx, since, now - since)
         self.paused[self.paused.Key(idx)] = self.paused.Leaf(0)
         return since
 
@@ -342,10 +342,10 @@ class _Agent:
             self.drift_resyncs += 1
         else:
             self.resyncs += 1
-        self._control(CTL_VQ_RESYNC, port * N_PRIO + prio, eff, backlog * ps // 1000, v0)
+        self.control(CTL_VQ_RESYNC, port * N_PRIO + prio, eff, backlog * ps // 1000, v0)
         return True
 
-    def _control(self, op: int, key: int, a: int = 0, b: int = 0, c: int = 0) -> None:
+    def control(self, op: int, key: int, a: int = 0, b: int = 0, c: int = 0) -> None:
         """An atomic change to the queue model (the switch program updates it from other CPUs meanwhile)."""
         rc = control(self.ctl_fd, op, key, a, b, c)
         if rc != 0:
@@ -380,7 +380,7 @@ class _Agent:
             else:
                 self.samples["reaction_us"].append(0.0)
             self.samples["leaked"].append(int(st.leaked))
-            self._control(CTL_XON_RESET, idx)                # Xon: the next crossing raises Xoff again
+            self.control(CTL_XON_RESET, idx)                # Xon: the next crossing raises Xoff again
 
     def _finish(self):
         now = self._now()

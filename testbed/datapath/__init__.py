@@ -32,7 +32,7 @@ from ..fabric.port import N_PRIO, PortConfig, port_configs
 from .bccutil import import_bcc, quiet_stderr
 from .errors import DatapathError
 from . import queue_model
-from .queue_model import drift_resync, ingress_queued
+from .queue_model import capped, drift_resync, ingress_queued
 
 __all__ = ["Datapath", "DatapathError", "PortCounters", "QueueCounters", "N_PRIO", "FlowPath", "DROP_REASONS",
            "MODES", "SPRAY_KINDS"]
@@ -356,9 +356,8 @@ class Datapath:
             paused = pa[pa.Key(k)].value
             if paused and paused < now:
                 eff = paused
-            v = vq[vq.Key(k)].finish
-            if v > eff:
-                total += (v - eff) * 1000 // ps
+            q = vq[vq.Key(k)]
+            total += max((q.finish - eff) * 1000 // ps if q.finish > eff else 0, capped(q.enq, q.cap))
         return total
 
     @property

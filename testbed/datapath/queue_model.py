@@ -14,7 +14,7 @@ import time
 from ..fabric.port import N_PRIO
 from . import testrun
 
-CTL_VQ_RESYNC, CTL_VQ_SHIFT, CTL_XON_RESET = 1, 2, 3      # enum in ebpf/lib/common.h
+CTL_VQ_RESYNC, CTL_VQ_SHIFT, CTL_XON_RESET, CTL_VQ_CREDIT = 1, 2, 3, 4      # enum in ebpf/lib/common.h
 CTL_CMD = struct.Struct("=IIQQQ")                          # struct ctl_cmd
 
 
@@ -38,7 +38,8 @@ def control(prog_fd: int, op: int, key: int, a: int = 0, b: int = 0, c: int = 0)
 
 
 def queue_sent(bpf, port: int, prio: int, now: int) -> int:
-    """Bytes the model's egress queue (port, prio) has sent so far: enqueued − depth (qos_sent in lib/qos.h)."""
+    """Bytes the model's egress queue (port, prio) has sent so far: enqueued − depth, never past its credit cap
+    (qos_sent in lib/qos.h)."""
     k = port * N_PRIO + prio
     ps = bpf[b"port_qos"][bpf[b"port_qos"].Key(port)].ps_per_byte
     if not ps:
@@ -49,8 +50,13 @@ def queue_sent(bpf, port: int, prio: int, now: int) -> int:
         eff = paused
     q = bpf[b"vq"][bpf[b"vq"].Key(k)]
     v, en = q.finish, q.enq
-    depth = (v - eff) * 1000 // ps if v > eff else 0
+    depth = max((v - eff) * 1000 // ps if v > eff else 0, capped(en, q.cap))
     return max(0, en - depth)
+
+
+def capped(enq: int, cap: int) -> int:
+    """Bytes a queue holds by its credit cap (vq_capped in lib/common.h)."""
+    return enq - cap if cap and enq > cap else 0
 
 
 def ingress_queued(bpf, slots: int, port: int, prio: int, now: int | None = None) -> int:

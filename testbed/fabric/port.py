@@ -142,6 +142,12 @@ class PortConfig:
         return netem_limit(self.rate_bps, self.buffer_bytes, self.delay_ns, self.mtu)
 
 
+def nics_have_classes(switch_spec, hosts_pfc: bool) -> bool:
+    """Host NICs get one class per priority (and flows pick theirs) when they obey their leaf's flow control —
+    PFC with hosts.pfc, credits always — and the fabric has classes at all."""
+    return switch_spec.classes_on and (hosts_pfc or switch_spec.qos("leaf").credit.enabled)
+
+
 def port_configs(topo: Topology, switch_spec, hosts_pfc: bool = False) -> dict[int, PortConfig]:
     """ifindex → PortConfig of every port of the topology, from the scenario's ``switch`` section (buffers,
     traffic classes, PFC or credits per tier) and ``hosts.pfc`` (host NICs get classes only when they obey flow
@@ -156,9 +162,7 @@ def port_configs(topo: Topology, switch_spec, hosts_pfc: bool = False) -> dict[i
             tc = q.traffic_classes
             if p.role == "nic":
                 buffer = p.buffer_bytes
-                # a NIC gets classes when it obeys its leaf's flow control: PFC (hosts.pfc) or credits (always)
-                obeys = hosts_pfc or q.credit.enabled
-                classes = tuple(q.priorities()) if (classes_on and obeys) else ()
+                classes = tuple(q.priorities()) if nics_have_classes(switch_spec, hosts_pfc) else ()
             else:
                 buffer = q.buffer if q.buffer is not None else p.buffer_bytes
                 classes = switch_prios if classes_on else ()

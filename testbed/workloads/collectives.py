@@ -82,10 +82,11 @@ def schedule(traffic, topo, seed: int) -> list[list[Step]]:
 
 
 def run_jobs(traffic, topo, seed: int, ns_of, duration_s: float, packet_size: int, sndbuf_bytes=None,
-             log=lambda s: None, origin: float | None = None, check=None, on_t0=None):
+             log=lambda s: None, origin: float | None = None, check=None, on_t0=None, prio: int | None = None):
     """Run every round; return (flows, results, op rows). Times are seconds since ``origin`` (epoch seconds;
     default the first round's t0). ``check`` is handed to every round (it may raise to abort the run);
-    ``on_t0`` gets every round's t0 (the failure scheduler takes the first)."""
+    ``on_t0`` gets every round's t0 (the failure scheduler takes the first); ``prio``: the host NIC class of
+    every flow (runner.host_prio)."""
     from . import run as run_flows
     name, engine = _engine(traffic)
     opts = roce_opts(traffic, topo) if name == "roce" else None
@@ -110,7 +111,7 @@ def run_jobs(traffic, topo, seed: int, ns_of, duration_s: float, packet_size: in
                 flows.append(Flow(flow_id=fid, src=src, dst=dst, src_addr=topo.address(src),
                                   dst_addr=topo.address(dst), sport=sport, dport=base_dport, proto=engine.proto,
                                   size_bytes=nbytes, rate_bps=traffic.rate, start_s=0.0, engine=name, opts=opts,
-                                  dscp=traffic.wire_dscp, ecn=traffic.ecn))
+                                  dscp=traffic.wire_dscp, ecn=traffic.ecn, prio=prio))
                 owner.append(s)
                 fid += 1
         info: dict = {}
