@@ -222,11 +222,12 @@ def _uplink_depths(dp, topo, leaf, depths):
 
 
 def test_adaptive_takes_the_uplink_with_the_shortest_queue(dp, topo):
-    """AR by queue: with uplink queues of 300, 50, 200 and 400 KB (100 Mbit/s ports: they drain 12.5 KB a ms),
-    every packet of a burst goes to the 50 KB one, and the tail-call stages forward it like any other mode."""
+    """AR by queue: with uplink queues of 3 MB, 50 KB, 2 MB and 4 MB (100 Mbit/s ports: they drain 12.5 KB a
+    ms, so only a 160 ms stall of a busy machine would tie them), every packet of a burst goes to the 50 KB one,
+    and the tail-call stages forward it like any other mode."""
     dp.set_mode(spec(load_balancing="adaptive"))
     ups = topo.uplinks("leaf0")
-    _uplink_depths(dp, topo, "leaf0", [300_000, 50_000, 200_000, 400_000])
+    _uplink_depths(dp, topo, "leaf0", [3_000_000, 50_000, 2_000_000, 4_000_000])
     port = host_port(topo, "h0")
     for i in range(10):
         pkt = frame(port, topo.address("h0"), topo.address("h2"), 7000, 5001, ip_id=i)
@@ -257,12 +258,13 @@ def test_adaptive_per_flowlet_keeps_its_port_until_a_gap(dp, topo):
     ups = topo.uplinks("leaf0")
     port = host_port(topo, "h0")
     pkt = frame(port, topo.address("h0"), topo.address("h2"), 9000, 5001)
-    _uplink_depths(dp, topo, "leaf0", [190_000, 180_000, 10_000, 190_000])
+    # MB-deep losers: only a 140 ms stall of a busy machine would drain them to a tie (12.5 KB a ms)
+    _uplink_depths(dp, topo, "leaf0", [1_900_000, 1_800_000, 10_000, 1_900_000])
     assert egress_of(topo, run(dp, pkt, port.ifindex)[1]).ifindex == ups[2].ifindex
     _uplink_depths(dp, topo, "leaf0", [190_000, 10_000, 180_000, 190_000])
     assert egress_of(topo, run(dp, pkt, port.ifindex)[1]).ifindex == ups[2].ifindex    # same flowlet
     time.sleep(0.03)
-    _uplink_depths(dp, topo, "leaf0", [190_000, 10_000, 180_000, 190_000])
+    _uplink_depths(dp, topo, "leaf0", [1_900_000, 10_000, 1_800_000, 1_900_000])
     assert egress_of(topo, run(dp, pkt, port.ifindex)[1]).ifindex == ups[1].ifindex    # a new flowlet
 
 
