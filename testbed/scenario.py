@@ -318,6 +318,17 @@ class CreditSpec(Strict):
     buffer: Optional[Size] = None                     # receive buffer per ingress and lane; None = the queue buffer
 
 
+class SharedBufferSpec(Strict):
+    """One buffer shared by all queues of a switch, with dynamic thresholds (Broadcom-style MMU, as the HPCC
+    simulator models it): a queue may hold at most alpha × the free shared space, PFC Xoff of a lossless ingress
+    follows the same rule, and `headroom` is reserved per lossless ingress (port, priority) for what arrives
+    after Xoff. The shared pool is `size` minus those reservations."""
+    size: Size
+    alpha: float = Field(1.0, gt=0.0, le=64.0)
+    headroom: Optional[Size] = None                   # per lossless ingress; None = switch.pfc.headroom
+    xon_offset: Size = units.size_bytes("3KB")        # Xon once the ingress is this far below the threshold
+
+
 EcnMap = Union[EcnSpec, dict[Priority, EcnSpec], None]
 
 
@@ -328,6 +339,7 @@ class QosSpec(Strict):
     ecn: EcnMap = None                          # one curve for every priority, or {priority: curve}
     pfc: Optional[PfcSpec] = None
     credit: Optional[CreditSpec] = None
+    shared_buffer: Optional[SharedBufferSpec] = None
 
 
 class AdaptiveSpec(Strict):
@@ -362,6 +374,7 @@ class SwitchSpec(Strict):
     ecn: EcnMap = None
     pfc: PfcSpec = PfcSpec()
     credit: CreditSpec = CreditSpec()
+    shared_buffer: Optional[SharedBufferSpec] = None    # None: every (port, priority) has its own `buffer`
     tiers: dict[Literal[TIERS], QosSpec] = {}
 
     @property
@@ -379,7 +392,8 @@ class SwitchSpec(Strict):
             ecn = {p: ecn for p in range(8)}
         return ResolvedQos(buffer=o.buffer if o.buffer is not None else self.buffer,
                            traffic_classes=o.traffic_classes or self.traffic_classes,
-                           ecn=dict(ecn or {}), pfc=o.pfc or self.pfc, credit=o.credit or self.credit)
+                           ecn=dict(ecn or {}), pfc=o.pfc or self.pfc, credit=o.credit or self.credit,
+                           shared_buffer=o.shared_buffer or self.shared_buffer)
 
     @property
     def classes_on(self) -> bool:
@@ -395,6 +409,10 @@ class SwitchSpec(Strict):
     def credit_on(self) -> bool:
         return any(self.qos(t).credit.enabled for t in TIERS)
 
+    @property
+    def shared_buffer_on(self) -> bool:
+        return any(self.qos(t).shared_buffer for t in TIERS)
+
 
 class ResolvedQos(Strict):
     buffer: Optional[int]
@@ -402,6 +420,15 @@ class ResolvedQos(Strict):
     ecn: dict[int, EcnSpec]
     pfc: PfcSpec
     credit: CreditSpec
+    shared_buffer: Optional[SharedBufferSpec] = None
+
+    @property
+    def headroom(self) -> int:
+        """Bytes reserved per lossless ingress out of a shared buffer (0 when nothing is lossless)."""
+        sb = self.shared_buffer
+        if not (sb and self.lossless):
+            return 0
+        return sb.headroom if sb.headroom is not None else self.pfc.headroom
 
     @property
     def flow_control(self) -> Optional[str]:
@@ -598,6 +625,7 @@ class Scenario(Strict):
                                  f"(kind {self.topology.kind}: {', '.join(self.topology.tiers)})")
         self._rail_shift_crosses()
         self._pfc_does_something()
+        self._shared_buffer_fits()
         self._failures_fit()
         for a, b in self.traffic.pairs:
             if a == b:
@@ -619,6 +647,31 @@ class Scenario(Strict):
         if not topo.rails_share_spines:
             raise ValueError(f"@traffic.rail_shift: cross-rail flows need topology.rails_share_spines: true "
                              f"(separate rail planes are not connected), got {shift}")
+
+    def _shared_buffer_fits(self) -> None:
+        """A shared buffer must leave a pool after every lossless ingress's headroom, and credits advertise a
+        fixed per-ingress buffer, which a shared pool does not have."""
+        sw = self.switch
+        if not sw.shared_buffer_on:
+            return
+        from .topology import build
+        topo = build(self.topology)
+        for tier in self.topology.tiers:
+            q = sw.qos(tier)
+            sb = q.shared_buffer
+            if sb is None:
+                continue
+            o = sw.tiers.get(tier)
+            where = f"switch.tiers.{tier}.shared_buffer" if o and o.shared_buffer is not None else "switch.shared_buffer"
+            if q.credit.enabled:
+                raise ValueError(f"@{where}: credit flow control grants a fixed buffer per ingress; a shared buffer "
+                                 f"with dynamic thresholds is supported with PFC or lossy queues only")
+            ports = max(len(topo.ports[s]) for s in topo.switches if topo.nodes[s].kind == tier)
+            reserved = ports * len(q.lossless) * q.headroom
+            if sb.size <= reserved + 2 * (self.topology.mtu + 14):
+                raise ValueError(f"@{where}.size: {sb.size} bytes leave no shared pool after the headroom reserved "
+                                 f"for {ports} ports × {len(q.lossless)} lossless priorities × {q.headroom} bytes "
+                                 f"= {reserved} bytes ({tier} switches); raise size or lower headroom")
 
     def _failures_fit(self) -> None:
         """Every failure names switches or linked nodes of this topology and happens while the traffic runs."""

@@ -280,6 +280,24 @@ def test_credit_counters_sum_rx_rows_and_a_waiting_port_is_not_starved():
     assert no_credit["credit_stalls"] == 0 and no_credit["credit_stall_s_total"] == 0.0
 
 
+def test_shared_buffer_summary_is_the_fullest_switch():
+    """Shared buffers: the summary's peak is the largest per-switch peak of any sample (bytes and fraction), the
+    rows' occupancy read from the qdiscs and the program's peak combined; 0 without shared buffers."""
+    from testbed.telemetry.links import _shared_buffer
+    cap = RATE * IV / 8
+    dump = (0.0, {1: (0, 0, 0, 0, 30_000), 2: (0, 0, 0, 0, 10_000)})      # (bytes, packets, drops, qlen, backlog)
+    assert _shared_buffer("leaf0", 100_000, dump, {"leaf0": 35_000}) == {
+        "switch_buffer_bytes": 40_000, "switch_buffer_peak_bytes": 40_000, "switch_buffer_peak_frac": 0.4}
+    assert _shared_buffer("leaf0", 100_000, dump, {"leaf0": 55_000})["switch_buffer_peak_bytes"] == 55_000
+    rows = _tx("leaf0", [0] * 2, [0.5] * 2, [cap] * 2)
+    for r, (now, peak) in zip(rows, [(20_000, 55_000), (40_000, 41_000)]):
+        r.update(switch_buffer_bytes=now, switch_buffer_peak_bytes=peak, switch_buffer_peak_frac=peak / 100_000)
+    row = rp.summarize(rp.links_frame(rows), rp.flows_frame([]), CPU, META)
+    assert row["switch_buffer_peak_bytes"] == 55_000 and row["switch_buffer_peak_frac"] == pytest.approx(0.55)
+    none = rp.summarize(rp.links_frame(_tx("leaf0", [0] * 2, [0.5] * 2, [cap] * 2)), rp.flows_frame([]), CPU, META)
+    assert none["switch_buffer_peak_bytes"] == 0 and none["switch_buffer_peak_frac"] == 0.0
+
+
 def test_a_port_without_enough_work_is_not_starved():
     cap = RATE * IV / 8
     rows = _tx("spine0", [50_000] * 4, [0.6] * 4, [cap * 0.5] * 4)      # backlogged but little offered

@@ -36,6 +36,16 @@ def test_a_resolved_scenario_reads_back_to_itself():
                  "tiers": {"spine": {"traffic_classes": {"dscp": {26: 4}, "lossless": [4]}}}},
       "traffic": {"dscp": 26}},
      "switch.tiers.spine.traffic_classes: with credit flow control every tier must map DSCPs to the same"),
+    ({"switch": {"credit": {"enabled": True}, "traffic_classes": {"dscp": {26: 3}, "lossless": [3]},
+                 "shared_buffer": {"size": "1MB"}}, "traffic": {"dscp": 26}},
+     "switch.shared_buffer: credit flow control grants a fixed buffer per ingress"),
+    ({"switch": {"pfc": {"enabled": True}, "traffic_classes": {"dscp": {26: 3}, "lossless": [3]},
+                 "shared_buffer": {"size": "128KB", "headroom": "48KB"}}, "traffic": {"dscp": 26}},
+     "switch.shared_buffer.size: 131072 bytes leave no shared pool after the headroom reserved for 4 ports × 1 "
+     "lossless priorities × 49152 bytes = 196608 bytes (leaf switches)"),
+    ({"switch": {"pfc": {"enabled": True}, "traffic_classes": {"dscp": {26: 3}, "lossless": [3]},
+                 "tiers": {"spine": {"shared_buffer": {"size": "64KB"}}}}, "traffic": {"dscp": 26}},
+     "switch.tiers.spine.shared_buffer.size: 65536 bytes leave no shared pool"),
 ])
 def test_flow_control_that_would_do_nothing_or_clash_is_refused(doc, msg):
     import re
@@ -110,6 +120,29 @@ def test_sm_defaults_and_multipath_follow_the_load_balancer():
     assert not sc.switch.sm_multipath
     assert scenario.from_dict({"switch": {"routing": "sm", "load_balancing": "adaptive"}}).switch.sm_multipath
     assert scenario.from_dict({}).switch.routing == "distributed"
+
+
+def test_shared_buffer_pool_is_the_size_less_reserved_headroom():
+    """PortConfig: a shared-buffer switch's ports hold the whole buffer in their qdisc, and the pool is the size
+    less headroom × ports × lossless priorities (leaf0: 2 hosts + 2 spines; headroom defaults to pfc.headroom);
+    without lossless priorities the pool is the whole size; switches of other tiers keep per-queue buffers."""
+    from testbed import topology
+    from testbed.fabric.port import port_configs
+    sc = scenario.from_dict({"switch": {"pfc": {"enabled": True, "headroom": "32KB"},
+                                        "traffic_classes": {"dscp": {26: 3}, "lossless": [3]},
+                                        "tiers": {"leaf": {"shared_buffer": {"size": "1MB", "alpha": 2}}}},
+                             "traffic": {"dscp": 26}})
+    topo = topology.build(sc.topology)
+    ports = port_configs(topo, sc.switch)
+    leaf0 = ports[topo.ports["leaf0"][0].ifindex]
+    assert leaf0.shared_pool == 2**20 - 4 * 32 * 1024 and leaf0.buffer_bytes == 2**20
+    assert leaf0.ingress_buffer == leaf0.shared_pool + 32 * 1024
+    assert ports[topo.ports["spine0"][0].ifindex].shared_pool == 0
+    assert sc.switch.shared_buffer_on and sc.switch.qos("leaf").headroom == 32 * 1024
+    lossy = scenario.from_dict({"switch": {"shared_buffer": {"size": "1MB"}}})
+    assert port_configs(topology.build(lossy.topology), lossy.switch)[leaf0.ifindex].shared_pool == 2**20
+    with pytest.raises(scenario.ScenarioError, match="alpha"):
+        scenario.from_dict({"switch": {"shared_buffer": {"size": "1MB", "alpha": 0}}})
 
 
 def test_credits_make_their_priorities_lossless_per_tier():

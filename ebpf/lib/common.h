@@ -19,6 +19,9 @@
 #ifndef PORT_SLOTS
 #define PORT_SLOTS 1024           /* port maps are arrays indexed by ifindex: largest ifindex + 1 */
 #endif
+#ifndef SWQ_MAX
+#define SWQ_MAX 16                /* queues of one switch: its ports × the priorities in use */
+#endif
 #ifndef ACCT_SLOTS
 #define ACCT_SLOTS 8              /* most ports of one switch: an ingress feeds at most that many egress ports */
 #endif
@@ -91,6 +94,18 @@ struct qos_config {               /* qos_config[switch_id] */
 	__u64 kmin[N_PRIO];
 	__u64 kmax[N_PRIO];
 	__u64 pmax[N_PRIO];       /* probability at kmax, scaled by 2^32 */
+	__u64 shared_pool;        /* shared buffer: what all queues share after the reserved headroom; 0 = a buffer
+	                           * per queue */
+	__u64 alpha;              /* dynamic threshold = alpha × the free pool (alpha scaled by 2^10) */
+	__u64 headroom;           /* shared buffer: bytes a lossless ingress may take beyond its (dynamic) Xoff */
+};
+
+/* sw_queues[switch_id]: the vq index of every queue of the switch, whose depths add up to its shared buffer's
+ * occupancy (only switches with a shared buffer have entries). */
+struct sw_queues {
+	__u32 n;
+	__u32 key[SWQ_MAX];
+	__u64 ps_per_byte[SWQ_MAX];   /* each queue's port's (port_qos), so the sum needs no lookup of it */
 };
 
 struct port_qos {                 /* port_qos[ifindex]: the egress port's serialiser */
@@ -140,6 +155,7 @@ struct ingress_state {
 	__u32 leaked;             /* packets that arrived after Xoff */
 	__u32 pad;
 	__u64 arrived;            /* bytes ever charged to this ingress (credits: what the sender used) */
+	__u64 xoff_level;         /* shared buffer: its bytes when Xoff was raised; headroom counts from there */
 	struct ingress_chunk chunks[ACCT_SLOTS];
 };
 

@@ -33,6 +33,8 @@ BPF_ARRAY(ingress_state, struct ingress_state, PORT_SLOTS * N_PRIO);
 BPF_PERCPU_ARRAY(acct_scratch, struct acct_scratch, 1);
 BPF_PERCPU_ARRAY(queue_stats, struct queue_stats, PORT_SLOTS * N_PRIO);
 BPF_PERCPU_ARRAY(queue_max, __u64, PORT_SLOTS * N_PRIO); /* max depth seen; zeroed by the telemetry reader */
+BPF_ARRAY(sw_queues, struct sw_queues, N_SWITCHES);    /* shared buffers: the queues of each switch */
+BPF_PERCPU_ARRAY(shared_peak, __u64, N_SWITCHES);        /* highest occupancy seen; zeroed by the telemetry reader */
 BPF_RINGBUF_OUTPUT(pfc_events, 16);
 /* Written only by the PFC agent (user space): pause frames it sent out of a port for a priority, time paused. */
 struct pfc_agent_stats {

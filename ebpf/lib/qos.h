@@ -94,16 +94,17 @@ FTB_ALWAYS_INLINE int ecn_should_mark(__u64 depth, __u64 kmin, __u64 kmax, __u64
 	return (__u64)r < pmax * (depth - kmin) / (kmax - kmin);
 }
 
-/* Bytes egress queue (port, prio) has sent so far in the model: enqueued − depth now, never past its credit cap
- * (read under its lock, so they describe the same packets). */
-FTB_ALWAYS_INLINE __u64 qos_sent(__u32 port, __u64 prio, __u64 now)
+/* Depth now of egress queue (port, prio) in the model, and the bytes it ever enqueued (read under its lock, so
+ * they describe the same packets); a queue out of credit holds at least what it may not send yet. */
+FTB_ALWAYS_INLINE __u64 vq_read(__u32 port, __u64 prio, __u64 now, __u64 *depth)
 {
 	__u32 k = port * N_PRIO + prio;
 	struct port_qos *pq = port_qos.lookup(&port);
 	struct vqueue *q = vq.lookup(&k);
 	__u64 *pa = egress_paused.lookup(&k);
-	__u64 eff = now, depth = 0, finish, enq, cap;
+	__u64 eff = now, finish, enq, cap;
 
+	*depth = 0;
 	if (!pq || !q || !pq->ps_per_byte)
 		return 0;
 	if (pa && *pa && *pa < now)
@@ -114,10 +115,59 @@ FTB_ALWAYS_INLINE __u64 qos_sent(__u32 port, __u64 prio, __u64 now)
 	cap = q->cap;
 	bpf_spin_unlock(&q->lock);
 	if (finish > eff)
-		depth = (finish - eff) * 1000 / pq->ps_per_byte;
-	if (depth < vq_capped(enq, cap))
-		depth = vq_capped(enq, cap);
+		*depth = (finish - eff) * 1000 / pq->ps_per_byte;
+	if (*depth < vq_capped(enq, cap))
+		*depth = vq_capped(enq, cap);
+	return enq;
+}
+
+/* Bytes egress queue (port, prio) has sent so far in the model: enqueued − depth, never past its credit cap. */
+FTB_ALWAYS_INLINE __u64 qos_sent(__u32 port, __u64 prio, __u64 now)
+{
+	__u64 depth, enq = vq_read(port, prio, now, &depth);
 	return enq > depth ? enq - depth : 0;
+}
+
+/* Occupancy of switch `sw`'s shared buffer: the sum of its queues' depths now (sw_queues lists them). Read
+ * without the queues' locks: each finish time is one aligned word, and a queue that moves meanwhile is off by the
+ * packet that moved it, as it would be a moment later anyway. */
+FTB_ALWAYS_INLINE __u64 shared_used(__u32 sw, __u64 now)
+{
+	struct sw_queues *sq = sw_queues.lookup(&sw);
+	struct vqueue *q;
+	__u64 used = 0, depth, eff, finish, ps, *pa;
+	__u32 k;
+
+	if (!sq)
+		return 0;
+	for (__u32 i = 0; i < SWQ_MAX; i++) {
+		if (i >= sq->n)
+			break;
+		k = sq->key[i];
+		ps = sq->ps_per_byte[i];
+		q = vq.lookup(&k);
+		if (!q || !ps)
+			continue;
+		pa = egress_paused.lookup(&k);
+		eff = pa && *pa && *pa < now ? *pa : now;
+		finish = *(volatile __u64 *)&q->finish;
+		depth = finish > eff ? (finish - eff) * 1000 / ps : 0;
+		if (depth < vq_capped(*(volatile __u64 *)&q->enq, *(volatile __u64 *)&q->cap))
+			depth = vq_capped(q->enq, q->cap);
+		used += depth;
+	}
+	return used;
+}
+
+/* Dynamic threshold of a shared buffer: a queue (or a lossless ingress, for Xoff) may hold alpha × the free
+ * pool. Records the switch's peak occupancy (`used` + this packet). */
+FTB_ALWAYS_INLINE __u64 shared_threshold(const struct qos_config *cfg, __u32 sw, __u64 len, __u64 now)
+{
+	__u64 used = shared_used(sw, now), *peak = shared_peak.lookup(&sw);
+
+	if (peak && used + len > *peak)
+		*peak = used + len;
+	return cfg->shared_pool > used ? (cfg->shared_pool - used) * cfg->alpha >> 10 : 0;
 }
 
 /* Take out of a chunk what its queue has sent (it has sent everything up to stream position `sent`); returns
@@ -209,9 +259,9 @@ FTB_ALWAYS_INLINE __u64 ingress_recount(struct ingress_state *st, __u64 prio, __
 
 /* PFC by ingress accounting: charge a lossless packet of `len` bytes, at position `pos` of egress queue `out`
  * (whose queue had sent up to `sent`), to its ingress (port `in`, priority `prio`); raise Xoff when the bytes
- * of that ingress still queued in the switch pass Xoff. */
+ * of that ingress still queued in the switch pass `xoff` (static, or a shared buffer's dynamic threshold). */
 FTB_ALWAYS_INLINE void pfc_charge(const struct qos_config *cfg, const struct port_qos *pq, __u32 in, __u32 out,
-				  __u64 prio, __u64 pos, __u64 sent, __u64 len, __u64 now)
+				  __u64 prio, __u64 pos, __u64 sent, __u64 len, __u64 xoff, __u64 now)
 {
 	__u32 ki = in * N_PRIO + prio, slot = pq->local < ACCT_SLOTS ? pq->local : 0;
 	struct ingress_state *st = ingress_state.lookup(&ki);
@@ -242,15 +292,16 @@ FTB_ALWAYS_INLINE void pfc_charge(const struct qos_config *cfg, const struct por
 			st->last_ns = now;
 			st->leaked++;
 		}
-	} else if (cfg->pfc && acc > cfg->xoff) {
+	} else if (cfg->pfc && acc > xoff) {
 		recount = 1;              /* the other chunks may have drained meanwhile */
 	}
 	bpf_spin_unlock(&st->lock);
-	if (!recount || ingress_recount(st, prio, now) <= cfg->xoff)
+	if (!recount || (acc = ingress_recount(st, prio, now)) <= xoff)
 		return;
 	bpf_spin_lock(&st->lock);
 	if (!st->xoff_ns) {
 		st->xoff_ns = now;
+		st->xoff_level = acc;
 		st->last_ns = 0;
 		st->leaked = 0;
 		st->cause = out;
@@ -271,16 +322,26 @@ FTB_ALWAYS_INLINE void pfc_charge(const struct qos_config *cfg, const struct por
 }
 
 /* Whether a lossless packet of `len` bytes arriving on (port `in`, priority `prio`) overflows that ingress's
- * buffer (`limit` bytes still queued in the switch): the charged bytes are an upper bound (chunks drain lazily),
- * so only near the limit is the exact figure recounted. Packets of one ingress accounted at once on several CPUs
- * may pass the limit by one frame each. */
-FTB_ALWAYS_INLINE int ingress_full(__u32 in, __u64 prio, __u64 len, __u64 limit, __u64 now)
+ * buffer: `limit` bytes still queued in the switch, or with a shared buffer (`dyn` set) its Xoff level — the
+ * dynamic threshold `thr`, frozen when Xoff was raised — plus `headroom`. The charged bytes are an upper bound
+ * (chunks drain lazily), so only near the limit is the exact figure recounted. Packets of one ingress accounted
+ * at once on several CPUs may pass the limit by one frame each. */
+FTB_ALWAYS_INLINE int ingress_full(__u32 in, __u64 prio, __u64 len, __u64 limit, int dyn, __u64 thr,
+				   __u64 headroom, __u64 now)
 {
 	__u32 ki = in * N_PRIO + prio;
 	struct ingress_state *st = ingress_state.lookup(&ki);
 	struct queue_stats *qi;
+	__u64 level;
 
-	if (!st || *(volatile __u64 *)&st->bytes + len <= limit)
+	if (!st)
+		return 0;
+	if (dyn) {
+		level = *(volatile __u64 *)&st->xoff_ns ? *(volatile __u64 *)&st->xoff_level : thr;
+		if (level + headroom < limit)
+			limit = level + headroom;
+	}
+	if (*(volatile __u64 *)&st->bytes + len <= limit)
 		return 0;
 	if (ingress_recount(st, prio, now) + len <= limit)
 		return 0;
@@ -299,8 +360,9 @@ FTB_ALWAYS_INLINE int qos_egress(struct __sk_buff *skb, __u32 sw, __u32 in, __u3
 	struct qos_config *cfg;
 	struct queue_stats *qs;
 	struct vqueue *q;
-	__u64 prio, now, eff, depth = 0, len = skb->len, *pa, *mx, pos = 0;
+	__u64 prio, now, eff, depth = 0, len = skb->len, *pa, *mx, pos = 0, thr = 0, limit;
 	__u32 k, lossless;
+	int shared;
 
 	if (!pq || !pq->ps_per_byte)
 		return 0;
@@ -322,15 +384,21 @@ FTB_ALWAYS_INLINE int qos_egress(struct __sk_buff *skb, __u32 sw, __u32 in, __u3
 	if (pa && *pa && *pa < now)
 		eff = *pa;                /* paused: the queue stopped draining then */
 	lossless = (cfg->lossless >> prio) & 1;
+	shared = cfg->shared_pool != 0;
+	if (shared)               /* one buffer for the switch: the queue's share is alpha × the free pool */
+		thr = shared_threshold(cfg, sw, len, now);
 	if (lossless) {           /* the ingress's own buffer first: PFC headroom or credits exhausted → lost */
 		pin = port_qos.lookup(&in);
-		if (pin && pin->ingress_limit && ingress_full(in, prio, len, pin->ingress_limit, now)) {
+		if (pin && pin->ingress_limit &&
+		    ingress_full(in, prio, len, pin->ingress_limit, shared, thr, cfg->headroom, now)) {
 			qs->drops++;
 			return -1;
 		}
+		limit = pq->lossless_limit;
+	} else {
+		limit = shared && thr < pq->buffer ? thr : pq->buffer;
 	}
-	if (vq_enqueue(q, eff, len * pq->ps_per_byte / 1000, pq->ps_per_byte, len,
-		       lossless ? pq->lossless_limit : pq->buffer, &depth, &pos) < 0) {
+	if (vq_enqueue(q, eff, len * pq->ps_per_byte / 1000, pq->ps_per_byte, len, limit, &depth, &pos) < 0) {
 		qs->drops++;
 		return -1;
 	}
@@ -342,7 +410,8 @@ FTB_ALWAYS_INLINE int qos_egress(struct __sk_buff *skb, __u32 sw, __u32 in, __u3
 	if (mx && depth > *mx)
 		*mx = depth;
 	if (lossless && (cfg->pfc || cfg->credit))        /* credits read the same per-ingress accounting */
-		pfc_charge(cfg, pq, in, out, prio, pos, pos > depth ? pos - depth : 0, len, now);
+		pfc_charge(cfg, pq, in, out, prio, pos, pos > depth ? pos - depth : 0, len,
+			   shared ? thr : cfg->xoff, now);
 	if (pq->classes)
 		skb->priority = HTB_MAJOR | (HTB_CLASS_BASE + prio);
 	return 0;
@@ -363,6 +432,7 @@ FTB_ALWAYS_INLINE int qos_control(const struct ctl_cmd *c)
 			return -1;
 		bpf_spin_lock(&st->lock);
 		st->xoff_ns = 0;
+		st->xoff_level = 0;
 		st->last_ns = 0;
 		st->leaked = 0;
 		bpf_spin_unlock(&st->lock);

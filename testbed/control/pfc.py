@@ -25,7 +25,8 @@ import socket
 import struct
 import time
 
-from ..datapath.queue_model import CTL_VQ_RESYNC, CTL_VQ_SHIFT, CTL_XON_RESET, control, drift_resync, ingress_queued
+from ..datapath.queue_model import (CTL_VQ_RESYNC, CTL_VQ_SHIFT, CTL_XON_RESET, control, drift_resync,
+                                    ingress_queued, shared_threshold, shared_used)
 from ..errors import HelperFailed
 from ..fabric import netns
 from .helper import ForkedHelper, write_result
@@ -165,8 +166,14 @@ class _Agent:
             interval = min(sw.qos(t).credit.update_interval for t in owner.topo.tiers if sw.qos(t).credit.enabled)
             self.credits = CreditMeter(self, interval)
         self.xon = {}
+        self.shared = {}          # switch → (pool, alpha × 2^10, Xon offset, its queues): dynamic Xon
         for sw in owner.topo.switches:
-            self.xon[sw] = owner.scen.switch.qos(owner.topo.nodes[sw].kind).pfc.xon
+            q = owner.scen.switch.qos(owner.topo.nodes[sw].kind)
+            self.xon[sw] = q.pfc.xon
+            pool = owner.dp.ports[owner.topo.ports[sw][0].ifindex].shared_pool
+            if pool:
+                self.shared[sw] = (pool, int(round(q.shared_buffer.alpha * 1024)), q.shared_buffer.xon_offset,
+                                   owner.dp.shared_queues(sw))
 
     def run(self):
         signal.signal(signal.SIGTERM, self._term)
@@ -365,11 +372,24 @@ class _Agent:
 
     # ---- Xon
 
+    def _xon_level(self, sw: str, now: int) -> int:
+        """Bytes an ingress of ``sw`` must fall to for Xon: pfc.xon, or with a shared buffer the dynamic
+        threshold now less the Xon offset (the Xoff rule of lib/qos.h with hysteresis)."""
+        if sw not in self.shared:
+            return self.xon[sw]
+        pool, alpha, offset, keys = self.shared[sw]
+        thr = shared_threshold(pool, alpha, shared_used(self.bpf, keys, now))
+        return max(0, thr - offset)
+
     def _check_xon(self):
+        levels: dict[str, int] = {}
         for key, (t_xoff, cause) in list(self.watch.items()):
             port, prio = key
             sw = self.o.topo.port(port).node
-            if ingress_queued(self.bpf, self.slots, port, prio, self._now()) > self.xon[sw]:
+            now = self._now()
+            if sw not in levels:
+                levels[sw] = self._xon_level(sw, now)
+            if ingress_queued(self.bpf, self.slots, port, prio, now) > levels[sw]:
                 continue
             self._send_pfc(port, 1 << prio, 0)
             del self.watch[key]

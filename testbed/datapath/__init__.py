@@ -32,7 +32,7 @@ from ..fabric.port import N_PRIO, PortConfig, port_configs
 from .bccutil import import_bcc, quiet_stderr
 from .errors import DatapathError
 from . import queue_model
-from .queue_model import capped, drift_resync, ingress_queued
+from .queue_model import drift_resync, ingress_queued, queue_state
 
 __all__ = ["Datapath", "DatapathError", "PortCounters", "QueueCounters", "N_PRIO", "FlowPath", "DROP_REASONS",
            "MODES", "SPRAY_KINDS"]
@@ -167,6 +167,7 @@ class Datapath:
             "PORT_SLOTS": max([1] + [p.ifindex for ps in topo.ports.values() for p in ps]) + 1,
             "N_SWITCHES": max(1, len(topo.switch_ids)),
             "ACCT_SLOTS": max([1] + [len(topo.ports[sw]) for sw in topo.switches]),
+            "SWQ_MAX": max([1] + [len(topo.ports[sw]) for sw in topo.switches]) * len(self.priorities()),
             "FIB_SIZE": len(topo.fib) + extra + 16,
             "FLOW_SIZE": min(65536, max(4096, _pow2(2 * hosts * hosts))),
         }
@@ -263,6 +264,15 @@ class Datapath:
                 v.ecn_on |= 1 << prio
                 v.kmin[prio], v.kmax[prio] = e.kmin, e.kmax
                 v.pmax[prio] = min(int(round(e.pmax * 2**32)), 2**32)
+            pool = self.ports[self.topo.ports[sw][0].ifindex].shared_pool
+            if pool:                     # one buffer for the switch: dynamic thresholds over its queues
+                v.shared_pool, v.alpha, v.headroom = pool, int(round(q.shared_buffer.alpha * 1024)), q.headroom
+                keys = self.shared_queues(sw)
+                sq = self._bpf[b"sw_queues"].Leaf()
+                sq.n = len(keys)
+                for i, k in enumerate(keys):
+                    sq.key[i], sq.ps_per_byte[i] = k, self.ports[k // N_PRIO].ps_per_byte
+                self._bpf[b"sw_queues"][self._bpf[b"sw_queues"].Key(self.topo.switch_ids[sw])] = sq
             cfg_t[cfg_t.Key(self.topo.switch_ids[sw])] = v
             for local, p in enumerate(self.topo.ports[sw]):
                 c = self.ports[p.ifindex]
@@ -344,21 +354,25 @@ class Datapath:
     def queue_depth(self, ifindex: int, prio: int | None = None) -> int:
         """The model's depth of a port's queue (one priority, or all) now, in bytes."""
         self._need()
-        vq, pa, pq = self._bpf[b"vq"], self._bpf[b"egress_paused"], self._bpf[b"port_qos"]
-        ps = pq[pq.Key(ifindex)].ps_per_byte
-        if not ps:
-            return 0
         now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        total = 0
-        for p in ([prio] if prio is not None else self.priorities()):
-            k = ifindex * N_PRIO + p
-            eff = now
-            paused = pa[pa.Key(k)].value
-            if paused and paused < now:
-                eff = paused
-            q = vq[vq.Key(k)]
-            total += max((q.finish - eff) * 1000 // ps if q.finish > eff else 0, capped(q.enq, q.cap))
-        return total
+        return sum(queue_state(self._bpf, ifindex, p, now)[0]
+                   for p in ([prio] if prio is not None else self.priorities()))
+
+    def shared_queues(self, switch: str) -> list[int]:
+        """vq indexes of every queue of a switch (its ports × the priorities in use): what its shared buffer
+        holds."""
+        return [p.ifindex * N_PRIO + prio for p in self.topo.ports[switch] for prio in self.priorities()]
+
+    def shared_peaks(self, reset: bool = True) -> dict[str, int]:
+        """Switch → highest shared-buffer occupancy the switch program computed since the last reading (bytes),
+        for switches with a shared buffer."""
+        self._need()
+        t = self._bpf[b"shared_peak"]
+        out = {sw: int(max(t.getvalue(t.Key(self.topo.switch_ids[sw]))))
+               for sw in self.topo.switches if self.ports[self.topo.ports[sw][0].ifindex].shared_pool}
+        if reset:
+            t.clear()
+        return out
 
     @property
     def control_fd(self) -> int:

@@ -37,21 +37,39 @@ def control(prog_fd: int, op: int, key: int, a: int = 0, b: int = 0, c: int = 0)
     return struct.unpack("i", struct.pack("I", r.verdict))[0]
 
 
-def queue_sent(bpf, port: int, prio: int, now: int) -> int:
-    """Bytes the model's egress queue (port, prio) has sent so far: enqueued − depth, never past its credit cap
-    (qos_sent in lib/qos.h)."""
+def queue_state(bpf, port: int, prio: int, now: int) -> tuple[int, int]:
+    """(depth now, bytes ever enqueued) of the model's egress queue (port, prio); a queue out of credit holds at
+    least what it may not send yet (vq_read in lib/qos.h)."""
     k = port * N_PRIO + prio
     ps = bpf[b"port_qos"][bpf[b"port_qos"].Key(port)].ps_per_byte
     if not ps:
-        return 0
+        return 0, 0
     eff = now
     paused = bpf[b"egress_paused"][bpf[b"egress_paused"].Key(k)].value
     if paused and paused < now:
         eff = paused
     q = bpf[b"vq"][bpf[b"vq"].Key(k)]
     v, en = q.finish, q.enq
-    depth = max((v - eff) * 1000 // ps if v > eff else 0, capped(en, q.cap))
+    return max((v - eff) * 1000 // ps if v > eff else 0, capped(en, q.cap)), en
+
+
+def queue_sent(bpf, port: int, prio: int, now: int) -> int:
+    """Bytes the model's egress queue (port, prio) has sent so far: enqueued − depth, never past its credit cap
+    (qos_sent in lib/qos.h)."""
+    depth, en = queue_state(bpf, port, prio, now)
     return max(0, en - depth)
+
+
+def shared_used(bpf, keys, now: int) -> int:
+    """Occupancy of a switch's shared buffer: the depths of its queues (vq indexes ``keys``) added up
+    (shared_used in lib/qos.h)."""
+    return sum(queue_state(bpf, k // N_PRIO, k % N_PRIO, now)[0] for k in keys)
+
+
+def shared_threshold(pool: int, alpha_q10: int, used: int) -> int:
+    """A shared buffer's dynamic threshold: alpha (scaled by 2^10) × the free pool (shared_threshold in
+    lib/qos.h)."""
+    return (pool - used) * alpha_q10 >> 10 if pool > used else 0
 
 
 def capped(enq: int, cap: int) -> int:

@@ -63,6 +63,8 @@ class PortConfig:
                                       # switch, beyond which its packets are lost: PFC xoff + headroom, credits
                                       # the buffer the port advertises; 0 = no limit (lossy)
     switch_ports: int = 1             # ports of its switch (a credit queue may hold one credit buffer from each)
+    shared_pool: int = 0              # its switch's shared buffer minus the reserved headroom (dynamic
+                                      # thresholds, docs/architecture.md 2.7b); 0 = a buffer per queue
 
     # -- identity, delegated to the topology's port
     @property
@@ -166,14 +168,18 @@ def port_configs(topo: Topology, switch_spec, hosts_pfc: bool = False) -> dict[i
             else:
                 buffer = q.buffer if q.buffer is not None else p.buffer_bytes
                 classes = switch_prios if classes_on else ()
-            ingress = 0                      # a switch port's lossless ingress buffer (NICs: the host's memory)
+            ingress = pool = 0               # a switch port's lossless ingress buffer (NICs: the host's memory)
             if p.role != "nic":
                 ingress = {"credit": q.credit.buffer or buffer,
                            "pfc": q.pfc.xoff + q.pfc.headroom}.get(q.flow_control, 0)
+                if q.shared_buffer:          # any queue may take up to the whole pool; the program sets the limit
+                    pool = q.shared_buffer.size - len(ports) * len(q.lossless) * q.headroom
+                    buffer = q.shared_buffer.size
+                    ingress = pool + q.headroom if ingress else 0
             out[p.ifindex] = PortConfig(port=p, mtu=topo.spec.mtu, buffer_bytes=buffer, classes=classes,
                                         default_prio=tc.default, lossless=tuple(q.lossless),
                                         flow_control=q.flow_control, ingress_buffer=ingress,
-                                        switch_ports=len(ports))
+                                        switch_ports=len(ports), shared_pool=pool)
     return out
 
 
@@ -189,8 +195,9 @@ def headroom_warnings(ports: dict[int, PortConfig], switch_spec) -> list[str]:
             continue
         rate = max(c.rate_bps for c in tier_ports)
         need = min_headroom(rate, tier_ports[0].mtu)
-        if q.pfc.headroom < need:
-            out.append(f"switch.pfc.headroom ({tier}): {q.pfc.headroom} bytes is below the computed minimum "
+        have, key = (q.headroom, "shared_buffer.headroom") if q.shared_buffer else (q.pfc.headroom, "pfc.headroom")
+        if have < need:
+            out.append(f"switch.{key} ({tier}): {have} bytes is below the computed minimum "
                        f"{need} bytes at {rate // 10**6} Mbit/s (2×frame + 15 KB shaper burst + rate × "
                        f"1.5 ms reaction): an incast may overflow the lossless queues")
     return out

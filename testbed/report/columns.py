@@ -9,7 +9,8 @@ LINK_COLUMNS = ["time_s", "switch", "port", "peer", "bytes", "packets", "util"]
 LINK_KNOWN_EXTRA = ["direction", "role", "rate_bps", "interval_s"]
 #: links.csv congestion columns, kept in this order after LINK_KNOWN_EXTRA when present.
 LINK_QOS_COLUMNS = ["queue_bytes_max", "queue_bytes_mean", "ecn_marks", "drops", "discards", "pause_tx",
-                    "pause_rx", "paused_s", "credit_stalls", "credit_stall_s", "credits_granted", "credit_wait_s"]
+                    "pause_rx", "paused_s", "credit_stalls", "credit_stall_s", "credits_granted", "credit_wait_s",
+                    "switch_buffer_bytes", "switch_buffer_peak_bytes", "switch_buffer_peak_frac"]
 #: flows.csv: these first, in this order; then any other key seen, in first-seen order.
 FLOW_COLUMNS = ["flow_id", "src", "dst", "sport", "dport", "proto", "bytes", "start_s", "end_s", "fct_s",
                 "goodput_mbps", "paths_used"]
@@ -26,7 +27,8 @@ SUMMARY_EXTRA_COLUMNS = ["flows", "flows_completed", "fct_mean_ms", "fct_max_ms"
                          "discards", "ctl_lost", "cpu_worst_core", "cpu_worst_time_s", "cpu_saturated_share",
                          "backlogged_samples",
                          "starved_samples", "starved_share", "failed", "failure_lost_packets", "reroute_ms_max",
-                         "credit_stalls", "credit_stall_s_total"]
+                         "credit_stalls", "credit_stall_s_total", "switch_buffer_peak_bytes",
+                         "switch_buffer_peak_frac"]
 #: collectives.csv (runs with collective jobs): one row per job iteration.
 COLLECTIVE_COLUMNS = ["job", "iteration", "op", "bytes", "start_s", "end_s", "jct_ms"]
 #: failures.csv (runs with `failures`): one row per scheduled event.

@@ -169,6 +169,14 @@ def _links_sum(df: pd.DataFrame, col: str, direction: str | None = None) -> Any:
     return _num(pd.to_numeric(df[col], errors="coerce").fillna(0).sum())
 
 
+def _links_max(df: pd.DataFrame, col: str) -> Any:
+    """Largest value of a links.csv column (0 when absent: the run had no such quantity)."""
+    if col not in df.columns:
+        return 0
+    v = pd.to_numeric(df[col], errors="coerce").dropna()
+    return _num(v.max()) if len(v) else 0
+
+
 def _quantile(s: pd.Series, q: float) -> float:
     return float(s.quantile(q)) if len(s) else math.nan
 
@@ -255,6 +263,8 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     row["failure_lost_packets"], row["reroute_ms_max"] = failure_figures(failures_df)
     row["credit_stalls"] = _links_sum(links_df, "credit_stalls")
     row["credit_stall_s_total"] = float(_links_sum(links_df, "credit_stall_s", "rx"))
+    row["switch_buffer_peak_bytes"] = _links_max(links_df, "switch_buffer_peak_bytes")
+    row["switch_buffer_peak_frac"] = float(_links_max(links_df, "switch_buffer_peak_frac"))
     for k, v in meta.items():  # extra scalar metadata (e.g. topology name) after the contract columns
         if k not in row and (v is None or isinstance(v, (str, int, float, bool, np.generic))):
             row[k] = _num(v)

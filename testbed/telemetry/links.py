@@ -54,6 +54,9 @@ class LinkSampler:
         self._last_c: dict = {}                               # ifindex → PortCounters (with read_at)
         self._last_queues = ({}, {}, {})
         self.credits = bool(getattr(datapath.switch_spec, "credit_on", False))   # rx rows get credit columns
+        # switch → its shared buffer's size (tx rows get the switch's occupancy); empty: buffers per queue
+        self.shared = {sw: datapath.qos_for(sw).shared_buffer.size for sw in topo.switches
+                       if datapath.ports[topo.ports[sw][0].ifindex].shared_pool}
 
     # ---- life cycle
 
@@ -131,6 +134,7 @@ class LinkSampler:
         qd = self._qdiscs(model)
         queues = self._queues()
         counters = self.dp.port_counters()
+        peaks = self.dp.shared_peaks() if self.shared else {}
         self.cpu.sample()
         (q1, pf1, cr1), (q0, pf0, cr0) = queues, self._last_queues
         prios: dict[int, list[int]] = {}
@@ -146,6 +150,8 @@ class LinkSampler:
             tx = self._tx_row(p, base, eg, c, c0, qd, model)
             if tx is not None and self.credits:         # the egress's wait for its receiver's credit
                 tx["credit_wait_s"] = _credit_delta(p.peer_ifindex, prios.get(p.ifindex, ()), cr1, cr0)["credit_stall_s"]
+            if tx is not None and p.node in self.shared:
+                tx.update(_shared_buffer(p.node, self.shared[p.node], qd.get(p.node), peaks))
             if tx is not None:
                 self.rows.append(tx)
             rx = dict(base, time_s=round(c.read_at - self.origin, 6), direction="rx",
@@ -191,6 +197,15 @@ class LinkSampler:
         """What the manifest records about the sampler itself."""
         return {"samples": self.samples, "late_samples": self.late_samples, "failed_qdisc_dumps": self.failed_dumps,
                 "error": self.error}
+
+
+def _shared_buffer(sw: str, size: int, dump, peaks: dict) -> dict:
+    """Occupancy of a switch's shared buffer: what its qdiscs held at the sample (all its ports' backlogs) and
+    the highest the switch program computed during the interval, in bytes and as a fraction of ``size``."""
+    now = sum(v[4] for v in dump[1].values()) if dump else 0
+    peak = max(peaks.get(sw, 0), now)
+    return {"switch_buffer_bytes": now, "switch_buffer_peak_bytes": peak,
+            "switch_buffer_peak_frac": round(peak / size, 4)}
 
 
 def _credit_delta(ifx: int, prios, c1: dict, c0: dict) -> dict:

@@ -1,0 +1,84 @@
+"""End-to-end shared switch buffers with dynamic thresholds: real namespaces, TBF/HTB, the eBPF switch and (with
+PFC) the flow-control agent.
+
+A burst into one port of an otherwise idle switch takes alpha/(1 + alpha) of the shared pool — far more than a
+static per-queue share — and two congested ports split it, alpha/(1 + 2 alpha) each; an incast with PFC whose
+Xoff follows the dynamic threshold stays lossless and reports the switches' occupancy."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from testbed import runner, scenario, workloads
+
+from conftest import make_scenario
+
+pytestmark = pytest.mark.e2e
+
+SIZE = 120 * 1024                       # leaf0's shared buffer (no lossless priority: all of it is the pool)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def burst_scenario():
+    link = {"rate": "40mbit", "buffer": "256KB"}
+    return make_scenario(topology={"spines": 1, "leaves": 2, "hosts_per_leaf": 6, "host_link": link,
+                                   "fabric_link": link},
+                         switch={"shared_buffer": {"size": SIZE, "alpha": 1}})
+
+
+@pytest.mark.parametrize("congested", [1, 2])
+def test_a_congested_port_takes_its_dynamic_share_of_the_pool(lab, congested):
+    """Two senders at line rate into h0 (and, with 2 congested ports, two more into h1), all on leaf0 (7 ports,
+    7 queues: a static share would be 17.6 KB). With alpha 1 one congested queue alone grows to half the pool
+    (60 KB), two grow to a third each (40 KB): depth ≤ alpha × (pool − occupancy). Tail drops above; the qdisc
+    (which holds the whole buffer) drops nothing."""
+    scen = burst_scenario()
+    lb = lab(scen)
+    t = lb.topo
+    pairs = [("h2", "h0"), ("h3", "h0")] + ([("h4", "h1"), ("h5", "h1")] if congested == 2 else [])
+    fl = [workloads.Flow(i, s, d, t.address(s), t.address(d), 30000 + i, 5001, "udp", None, None, 0.0)
+          for i, (s, d) in enumerate(pairs)]
+    # the maxima over the steady state: flows start a few ms apart, and the first queue alone would take half
+    timer = threading.Timer(1.0, lambda: (lb.datapath.queue_counters(), lb.datapath.shared_peaks()))
+    timer.start()
+    workloads.run(fl, lambda h: lb.fabric.ns[h], 2.5, 1500, sndbuf_bytes=150_000)
+    timer.join()
+    q = lb.datapath.queue_counters()
+    peak = lb.datapath.shared_peaks()["leaf0"]
+    qdisc = {i: v[2] for i, v in lb.fabric.qdisc_stats(["leaf0"]).items() if v[2]}
+    lb.close(force=True)
+    share = SIZE / (1 + congested)                           # alpha × (pool − n × share) = share
+    ports = [t.port(t.port_named(h, "eth0").peer_ifindex).ifindex for h in ("h0", "h1")[:congested]]
+    depths = [q[(p, 0)].depth_max for p in ports]
+    print(f"\n[shared buffer, {congested} congested] queue max {depths} B (expected ≤ {share:.0f} + a frame), "
+          f"leaf0 peak {peak} B, drops {[q[(p, 0)].drops for p in ports]}")
+    for p, d in zip(ports, depths):
+        # the other queue drains between its arrivals: a queue can see up to a frame more free space
+        assert 0.9 * share <= d <= share + 1514, (d, share)
+        assert d > 2 * SIZE / 7                               # far above a static share of the buffer
+        assert q[(p, 0)].drops > 0
+    assert 0.9 * congested * share <= peak <= SIZE + 1514
+    assert not qdisc, qdisc
+
+
+def test_incast_with_pfc_on_dynamic_thresholds_is_lossless(tmp_path):
+    """`testbed run scenarios/incast-shared-buffer.yaml`: 8→1 incast, PFC Xoff at the dynamic threshold with 64
+    KB of headroom per lossless ingress reserved out of a 512 KB buffer: no drop, no loss, pauses sent; links.csv
+    carries each switch's occupancy and the summary its peak, within the buffer."""
+    import pandas as pd
+    d, row = runner.run(scenario.load(ROOT / "scenarios" / "incast-shared-buffer.yaml"), tmp_path / "run")
+    links = pd.read_csv(d / "links.csv")
+    for col in ("switch_buffer_bytes", "switch_buffer_peak_bytes", "switch_buffer_peak_frac"):
+        assert col in links.columns, col
+    leaf0 = links[(links["switch"] == "leaf0") & (links["direction"] == "tx")]
+    print(f"\n[shared buffer incast] drops {row['drops']}, lost {row['lost_packets']}, pauses {row['pause_frames']}, "
+          f"peak {row['switch_buffer_peak_bytes']} B ({row['switch_buffer_peak_frac']:.2f} of 512 KB), "
+          f"leaf0 occupancy max {leaf0['switch_buffer_bytes'].max()} B")
+    assert row["drops"] == 0 and row["lost_packets"] == 0 and row["discards"] == 0
+    assert row["pause_frames"] > 0
+    assert row["switch_buffer_peak_bytes"] == links["switch_buffer_peak_bytes"].max() > 0
+    assert 0 < row["switch_buffer_peak_frac"] <= 1.0
+    assert leaf0["switch_buffer_bytes"].max() > 0
+    assert not row["cpu_bound"], row
