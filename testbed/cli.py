@@ -268,9 +268,10 @@ def clean():
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["build", "pps", "roce", "all"]), default="all")
-@click.option("--sizes", default="16,128,1024",
-              help="Build benchmark sizes: leaf-spine host counts, or ft<k> for a fat-tree (e.g. 16,128,ft16).")
+@click.argument("what", type=click.Choice(["build", "pps", "roce", "reroute", "all"]), default="all")
+@click.option("--sizes", default=None,
+              help="Build benchmark sizes: leaf-spine host counts, or ft<k> for a fat-tree (e.g. 16,128,ft16) "
+                   "[default: 16,128,1024]; reroute: fat-trees only [default: ft4,ft8].")
 @click.option("--seconds", default=3.0, help="Traffic time per pps / RoCE send-rate measurement.")
 @click.option("--rounds", default=3, type=click.IntRange(min=1), help="Alternated rounds (pps, roce); medians.")
 @click.option("--vs", type=click.Choice(["mininet"]), default=None,
@@ -286,6 +287,19 @@ def bench(what, sizes, seconds, rounds, vs, mininet_timeout):
     if mininet_timeout is not None and not vs:
         raise UserError("--mininet-timeout needs --vs mininet")
     from . import bench as b
+    if what == "reroute":
+        ks = []
+        for x in (sizes or "ft4,ft8").split(","):
+            m = re.fullmatch(r"ft(\d+)", x.strip())
+            if not m or int(m[1]) % 2 or not 4 <= int(m[1]) <= 16:
+                raise UserError(f"--sizes {sizes!r}: reroute runs on fat-trees, give ft<k> with k even in 4..16, "
+                                f"e.g. ft4,ft16")
+            ks.append(int(m[1]))
+        _need_root("bench")
+        from .bench.reroute import print_reroute
+        print_reroute(ks)
+        return
+    sizes = sizes or "16,128,1024"
     try:
         build_sizes = b.parse_sizes(sizes)   # a bad size fails now, not after minutes of measuring the others
     except ValueError as e:

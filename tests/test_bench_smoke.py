@@ -64,6 +64,8 @@ def test_bench_cli_arguments():
     assert r.exit_code == 1 and "--mininet-timeout needs --vs mininet" in r.output
     r = CliRunner().invoke(cli, ["bench", "build", "--sizes", "16,abc"])
     assert r.exit_code == 1 and "--sizes '16,abc'" in r.output
+    r = CliRunner().invoke(cli, ["bench", "reroute", "--sizes", "16,ft5"])
+    assert r.exit_code == 1 and "reroute runs on fat-trees, give ft<k> with k even in 4..16" in r.output
 
 
 @pytest.mark.e2e
@@ -165,3 +167,20 @@ def test_roce_rate_bench_short():
     assert set(med) == {"batch 1", "batch 8", "entropy: packet (8 ports)"} and all(v > 0 for v in med.values())
     assert "median ratio" in out.getvalue()
     assert not [n for n in netns.list_names() if n.startswith(f"{netns.PREFIX}benchroce")]
+
+
+@pytest.mark.e2e
+@needs_root
+def test_reroute_bench_ft4(capsys):
+    """`testbed bench reroute --sizes ft4`: both routings measured in the same run — the failure detected and
+    re-routed, the SM's sweep compute and install times, few packets lost — and the ratio printed."""
+    from testbed.bench.reroute import print_reroute
+    ((k, base, sm),) = print_reroute([4])
+    out = capsys.readouterr().out
+    assert k == 4 and "SM re-route ÷ distributed" in out
+    for r in (base, sm):
+        assert 0 < r.detected_ms <= r.rerouted_ms < 200, r
+        assert 0 <= r.lost <= 20, r
+    assert sm.compute_ms is not None and sm.compute_ms > 0 and sm.install_ms is not None
+    assert base.compute_ms is None
+    assert not [n for n in netns.list_names() if n.startswith(f"{netns.PREFIX}r")]

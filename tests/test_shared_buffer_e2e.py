@@ -31,8 +31,8 @@ def burst_scenario():
 @pytest.mark.parametrize("congested", [1, 2])
 def test_a_congested_port_takes_its_dynamic_share_of_the_pool(lab, congested):
     """Two senders at line rate into h0 (and, with 2 congested ports, two more into h1), all on leaf0 (7 ports,
-    7 queues: a static share would be 17.6 KB). With alpha 1 one congested queue alone grows to half the pool
-    (60 KB), two grow to a third each (40 KB): depth ≤ alpha × (pool − occupancy). Tail drops above; the qdisc
+    7 queues: a static share would be 17.6 KB). With alpha 1 one congested queue alone stands at half the pool
+    (60 KB), two at a third each (40 KB): depth ≤ alpha × (pool − occupancy). Tail drops above; the qdisc
     (which holds the whole buffer) drops nothing."""
     scen = burst_scenario()
     lb = lab(scen)
@@ -40,25 +40,29 @@ def test_a_congested_port_takes_its_dynamic_share_of_the_pool(lab, congested):
     pairs = [("h2", "h0"), ("h3", "h0")] + ([("h4", "h1"), ("h5", "h1")] if congested == 2 else [])
     fl = [workloads.Flow(i, s, d, t.address(s), t.address(d), 30000 + i, 5001, "udp", None, None, 0.0)
           for i, (s, d) in enumerate(pairs)]
-    # the maxima over the steady state: flows start a few ms apart, and the first queue alone would take half
-    timer = threading.Timer(1.0, lambda: (lb.datapath.queue_counters(), lb.datapath.shared_peaks()))
+    # the steady state: flows start a few ms apart, and the first queue alone would take half the pool
+    snap = {}
+    timer = threading.Timer(1.0, lambda: snap.update(q=lb.datapath.queue_counters(), peak=lb.datapath.shared_peaks()))
     timer.start()
     workloads.run(fl, lambda h: lb.fabric.ns[h], 2.5, 1500, sndbuf_bytes=150_000)
     timer.join()
-    q = lb.datapath.queue_counters()
+    q, q0 = lb.datapath.queue_counters(), snap["q"]
     peak = lb.datapath.shared_peaks()["leaf0"]
     qdisc = {i: v[2] for i, v in lb.fabric.qdisc_stats(["leaf0"]).items() if v[2]}
     lb.close(force=True)
     share = SIZE / (1 + congested)                           # alpha × (pool − n × share) = share
     ports = [t.port(t.port_named(h, "eth0").peer_ifindex).ifindex for h in ("h0", "h1")[:congested]]
-    depths = [q[(p, 0)].depth_max for p in ports]
-    print(f"\n[shared buffer, {congested} congested] queue max {depths} B (expected ≤ {share:.0f} + a frame), "
-          f"leaf0 peak {peak} B, drops {[q[(p, 0)].drops for p in ports]}")
-    for p, d in zip(ports, depths):
-        # the other queue drains between its arrivals: a queue can see up to a frame more free space
-        assert 0.9 * share <= d <= share + 1514, (d, share)
-        assert d > 2 * SIZE / 7                               # far above a static share of the buffer
-        assert q[(p, 0)].drops > 0
+    # the depth arriving packets saw, on average over the steady state (a maximum would catch the moments a
+    # descheduled sender lets the other queue drain, when the threshold rightly gives this one more)
+    means = [(q[(p, 0)].depth_sum - q0[(p, 0)].depth_sum) / max(1, q[(p, 0)].packets - q0[(p, 0)].packets)
+             for p in ports]
+    print(f"\n[shared buffer, {congested} congested] mean depth seen {[round(m) for m in means]} B, max "
+          f"{[q[(p, 0)].depth_max for p in ports]} B (threshold {share:.0f}), leaf0 peak {peak} B, drops "
+          f"{[q[(p, 0)].drops for p in ports]}")
+    for p, m in zip(ports, means):
+        assert 0.94 * share <= m <= share, (m, share)                # 0.954–0.988 measured (6 runs)
+        assert m > 2 * SIZE / 7                               # far above a static share of the buffer
+        assert q[(p, 0)].drops > q0[(p, 0)].drops
     assert 0.9 * congested * share <= peak <= SIZE + 1514
     assert not qdisc, qdisc
 

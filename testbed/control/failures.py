@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import os
-import select
 import signal
 import struct
 import time
@@ -30,7 +29,7 @@ from ..errors import HelperFailed
 from ..fabric import netns
 from ..fabric.netlink import tbf_change_message
 from ..fabric.port import tbf_burst
-from .helper import ForkedHelper, write_result
+from .helper import ForkedHelper, wait_readable, write_result
 
 RTM_SETLINK = 19
 NLM_F_REQUEST, NLM_F_ACK = 1, 4
@@ -162,7 +161,7 @@ class _Scheduler:
         buf = b""
         while not self.stop:
             try:
-                r, _, _ = select.select([self.cmd_r], [], [], POLL_S)
+                r = wait_readable([self.cmd_r], POLL_S)
             except InterruptedError:
                 continue
             if r:

@@ -11,11 +11,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import sys
 
 from ..errors import HelperFailed
 from ..procname import set_process_name
+
+
+def wait_readable(fds: list[int], timeout_s: float) -> list[int]:
+    """The fds of ``fds`` that are readable within ``timeout_s``: poll(2), not select(2), whose fd_set cannot
+    hold a descriptor ≥ 1024 — a fat-tree k=16 lab holds thousands of sockets. Raises InterruptedError like
+    select does when a signal arrives."""
+    p = select.poll()
+    for fd in fds:
+        p.register(fd, select.POLLIN)
+    return [fd for fd, _ in p.poll(max(0.0, timeout_s) * 1000)]
 
 
 def child(body, wfd: int, name: str, detach: bool = False) -> None:

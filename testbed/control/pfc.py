@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes as ct
 import os
-import select
 import signal
 import socket
 import struct
@@ -29,7 +28,7 @@ from ..datapath.queue_model import (CTL_VQ_RESYNC, CTL_VQ_SHIFT, CTL_XON_RESET, 
                                     ingress_queued, shared_threshold, shared_used)
 from ..errors import HelperFailed
 from ..fabric import netns
-from .helper import ForkedHelper, write_result
+from .helper import ForkedHelper, wait_readable, write_result
 from ..fabric.netlink import qdisc_backlog, qdisc_get_message, tbf_change_message
 from ..fabric.port import ETH_HLEN, N_PRIO, PortConfig
 
@@ -190,7 +189,7 @@ class _Agent:
             if self.credits is not None:
                 timeout = min(timeout, max(0.0, (self.credits.next_ns - self._now()) / 1e9))
             try:
-                r, _, _ = select.select([fd], [], [], timeout)
+                r = wait_readable([fd], timeout)
             except InterruptedError:
                 continue
             if r:

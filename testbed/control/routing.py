@@ -28,7 +28,6 @@ counts and durations. A crash fails the run in one line (control/helper.py).
 from __future__ import annotations
 
 import os
-import select
 import signal
 import socket
 import struct
@@ -38,7 +37,7 @@ from ..errors import HelperFailed
 from ..fabric import netns
 from ..topology.routing import Router
 from . import engines
-from .helper import ForkedHelper, write_result
+from .helper import ForkedHelper, wait_readable, write_result
 
 RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
 NLMSG_ERROR, NLMSG_DONE = 2, 3
@@ -337,7 +336,7 @@ class _Agent:
         while not self.stop:
             timeout = min(WATCH_POLL_S, max(0.0, next_sweep - time.monotonic())) if self.sm else WATCH_POLL_S
             try:
-                readable, _, _ = select.select(fds, [], [], timeout)
+                readable = wait_readable(fds, timeout)
             except InterruptedError:
                 continue
             changed = []
