@@ -26,7 +26,7 @@ SUMMARY_EXTRA_COLUMNS = ["flows", "flows_completed", "fct_mean_ms", "fct_max_ms"
                          "discards", "ctl_lost", "cpu_worst_core", "cpu_worst_time_s", "cpu_saturated_share",
                          "backlogged_samples",
                          "starved_samples", "starved_share", "failed", "failure_lost_packets", "reroute_ms_max",
-                         "credit_stalls", "credit_stall_s_total"]
+                         "credit_stalls", "credit_stall_s_total", "profile"]
 #: collectives.csv (runs with collective jobs): one row per job iteration.
 COLLECTIVE_COLUMNS = ["job", "iteration", "op", "bytes", "start_s", "end_s", "jct_ms"]
 #: failures.csv (runs with `failures`): one row per scheduled event.
