@@ -224,8 +224,8 @@ def sweep(scenario, varies, out, sets):
         dirs.append(d)
     df = report.sweep_table(dirs)
     report.write_sweep(outdir, df)
-    cols = [c for c in ("run_dir", "load_balancing", "goodput_mbps", "uplink_imbalance", "fct_p99_ms",
-                        "cpu_bound") if c in df.columns]
+    shown = ("run_dir", "profile", "load_balancing", "goodput_mbps", "uplink_imbalance", "fct_p99_ms", "cpu_bound")
+    cols = [c for c in shown if c in df.columns and (c != "profile" or df[c].notna().any())]
     click.echo(df[cols].to_string(index=False))
     click.echo(f"results: {outdir / 'sweep.csv'}")
     if failed:

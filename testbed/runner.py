@@ -201,6 +201,7 @@ def _manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic,
            "pfc_agent_errors": pfc.get("errors", [])}
     return {
         "run_id": run_id, "scenario": to_dict(scen), "source": source, "seed": scen.seed,
+        "profile": scen.profile, "profile_keys": list(scen.profile_keys),
         "versions": _versions(), "kernel": platform.release(), "capabilities": caps,
         "start_time": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
         "end_time": dt.datetime.fromtimestamp(ended, dt.timezone.utc).isoformat(),
@@ -287,7 +288,7 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
             "offered_mbps": workloads.offered_mbps(traffic.flows, scen.topology.host_link.rate,
                                                    scen.duration / 1e9),
             "queue_model_error": manifest["qos"]["queue_model_error"]["mean"],
-            "failed": failures[0] if failures else None}
+            "failed": failures[0] if failures else None, "profile": scen.profile}
     row = report.write_run(outdir, manifest, sampler.rows, _flow_rows(topo, traffic, used), sampler.cpu.result(),
                            meta, collectives=traffic.collectives, failures=fail_rows, sm=_sm_rows(topo, lab, origin))
     if failures:

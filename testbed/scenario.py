@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError,
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, ValidationError,
                       model_validator)
 
-from . import units
+from . import profiles, units
 from .topology.model import TIERS
 
 
@@ -594,6 +594,8 @@ class TelemetrySpec(Strict):
 
 class Scenario(Strict):
     name: str = Field("scenario", pattern=r"^[A-Za-z0-9_.-]{1,40}$")
+    # a fabric architecture's defaults merged under the scenario before validation (testbed/profiles.py)
+    profile: Optional[Literal[profiles.NAMES]] = None
     seed: int = Field(1, ge=0)
     duration: Annotated[int, *_unit(units.time_ns), Field(gt=0)] = units.time_ns("5s")
     topology: TopologySpec = TopologySpec()
@@ -603,6 +605,13 @@ class Scenario(Strict):
     telemetry: TelemetrySpec = TelemetrySpec()
     capture: list[NodeName] = []
     failures: list[FailureSpec] = []
+    _profile_keys: tuple[str, ...] = PrivateAttr(default=())
+
+    @property
+    def profile_keys(self) -> tuple[str, ...]:
+        """The dotted keys ``profile`` filled (the scenario and its overrides left them unset), for the
+        manifest; empty without a profile or when built by ``model_validate`` directly."""
+        return self._profile_keys
 
     @model_validator(mode="after")
     def _names_exist(self):
@@ -817,19 +826,58 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
+def _first_error(e: ValidationError) -> str:
+    errors = e.errors()
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return _fmt_error(errors[0]) + more
+
+
+def _show(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def _profile_blame(doc: dict, filled: list[str], first: str) -> str:
+    """Which keys the profile filled caused the refusal: the refused key itself when the profile filled it, and
+    every filled key without which the scenario is valid (e.g. the credits infiniband enables next to an explicit
+    switch.pfc.enabled: true)."""
+    loc = first.split(": ", 1)[0]
+    blamed = []
+    for key in filled:
+        if key != loc:
+            try:
+                Scenario.model_validate(profiles.without(doc, key))
+            except ValidationError:
+                continue
+        blamed.append(key)
+    if not blamed:
+        return ""
+    got = "; ".join(f"{k}: {_show(_get(doc, k))}" for k in blamed)
+    return (f" ({got} {'was' if len(blamed) == 1 else 'were'} set by profile {doc['profile']}; set "
+            f"{'it' if len(blamed) == 1 else 'them'} explicitly to change that)")
+
+
+def _get(doc: dict, dotted: str) -> Any:
+    for k in dotted.split("."):
+        doc = doc[k]
+    return doc
+
+
 def from_dict(doc: Any, overrides: tuple[str, ...] = ()) -> Scenario:
+    """Validate a raw scenario mapping: overrides applied first, then the profile's defaults merged under the
+    result (so ``--set profile=…`` selects the profile and explicit keys still win), then the model."""
     doc = copy.deepcopy(doc) if doc is not None else {}
     if not isinstance(doc, dict):
         raise ScenarioError("<scenario>: the file must be a mapping of keys (topology:, switch:, traffic: …)")
     for text in overrides:
         set_path(doc, *parse_override(text))
+    doc, filled = profiles.apply(doc)
     try:
-        return Scenario.model_validate(doc)
+        scen = Scenario.model_validate(doc)
     except ValidationError as e:
-        errors = e.errors()
-        first = _fmt_error(errors[0])
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ScenarioError(first + more) from None
+        first = _first_error(e)
+        raise ScenarioError(first + (_profile_blame(doc, filled, first) if filled else "")) from None
+    scen._profile_keys = tuple(filled)
+    return scen
 
 
 def load(path: str | Path, overrides: tuple[str, ...] = ()) -> Scenario:

@@ -28,7 +28,7 @@ SUMMARY_EXTRA_COLUMNS = ["flows", "flows_completed", "fct_mean_ms", "fct_max_ms"
                          "backlogged_samples",
                          "starved_samples", "starved_share", "failed", "failure_lost_packets", "reroute_ms_max",
                          "credit_stalls", "credit_stall_s_total", "switch_buffer_peak_bytes",
-                         "switch_buffer_peak_frac"]
+                         "switch_buffer_peak_frac", "profile"]
 #: collectives.csv (runs with collective jobs): one row per job iteration.
 COLLECTIVE_COLUMNS = ["job", "iteration", "op", "bytes", "start_s", "end_s", "jct_ms"]
 #: failures.csv (runs with `failures`): one row per scheduled event.

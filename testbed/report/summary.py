@@ -265,6 +265,7 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     row["credit_stall_s_total"] = float(_links_sum(links_df, "credit_stall_s", "rx"))
     row["switch_buffer_peak_bytes"] = _links_max(links_df, "switch_buffer_peak_bytes")
     row["switch_buffer_peak_frac"] = float(_links_max(links_df, "switch_buffer_peak_frac"))
+    row["profile"] = meta.get("profile")          # scenario `profile` (infiniband, rocev2); empty without one
     for k, v in meta.items():  # extra scalar metadata (e.g. topology name) after the contract columns
         if k not in row and (v is None or isinstance(v, (str, int, float, bool, np.generic))):
             row[k] = _num(v)

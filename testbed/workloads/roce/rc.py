@@ -447,7 +447,8 @@ class Requester:
         # one UDP socket per entropy value (the source port is the socket's); see wire.data_socket
         self.batch = max(1, min(int(o.get("batch") or 1), 32))
         self.socks = [w.data_socket(flow["src_addr"], self.sport + k, tos=(dscp << 2) | w.ECT0,
-                                    sndbuf=job.get("sndbuf_each"), gso=self.batch > 1 and self.n_ent == 1)
+                                    sndbuf=job.get("sndbuf_each"), gso=self.batch > 1 and self.n_ent == 1,
+                                    prio=flow.get("prio"))
                       for k in range(self.n_ent)]
         self.sock = self.socks[0]                    # the one to poll for writability (the last that blocked)
         self.ce_cmsg = [(socket.IPPROTO_IP, IP_TOS, struct.pack("i", (dscp << 2) | w.CE))]

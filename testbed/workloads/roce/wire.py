@@ -144,7 +144,7 @@ IP_MTU_DISCOVER, IP_PMTUDISC_DO, IP_RECVERR = 10, 2, 11
 
 
 def data_socket(src: str, sport: int, tos: int = (DSCP_ROCE << 2) | ECT0, sndbuf: int | None = None,
-                gso: bool = False) -> socket.socket:
+                gso: bool = False, prio: int | None = None) -> socket.socket:
     """A UDP socket for a requester's data packets: the kernel writes the IPv4 + UDP headers (as cheap as a plain
     ``sendto``; a raw IP_HDRINCL socket cost ~20 % more per packet in the kernel, measured). What the kernel
     writes is fixed, so the ICRC can still be computed in advance: DF set (IP_PMTUDISC_DO) on an unconnected
@@ -155,13 +155,16 @@ def data_socket(src: str, sport: int, tos: int = (DSCP_ROCE << 2) | ECT0, sndbuf
     NICs send) unless ``gso`` — the kernel refuses GSO without UDP checksums, so batched packets carry one (on
     veths it stays CHECKSUM_PARTIAL: a capture shows the pseudo-header sum). TTL and both checksums are masked
     out of the ICRC, so the ICRC is the same either way. Bound to ``sport`` (the entropy ECMP hashes;
-    SO_REUSEADDR so flows may share a port)."""
+    SO_REUSEADDR so flows may share a port). ``prio``: the host NIC class (SO_PRIORITY → HTB class
+    1:(0x10+prio)) when the NICs obey PFC or credits, so that pauses and credit meters hold the RoCE packets."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if not gso:
         s.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
     s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
     s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+    if prio is not None:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, 0x10000 | (0x10 + prio))
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)          # it never receives
     # Without IP_RECVERR, UDP hides a full qdisc (ENOBUFS becomes "sent"; the packet is lost). With it the sender
     # sees ENOBUFS and retries, lossless like the raw socket was (and a NIC queue is). Side effect: an ICMP
