@@ -81,7 +81,7 @@ def test_credit_incast_is_lossless_over_a_million_packets_and_keeps_the_receiver
     assert o["queued"] >= 1_000_000, o
     assert o["drops"] == 0 and o["overflows"] == 0 and not o["qdisc_drops"] and o["lost"] == 0, o
     assert o["stalls"] > 0 and o["granted"] > 0                   # credits did hold senders back
-    assert util >= 0.75, util
+    assert util >= 0.75, util                                     # 0.80–0.81 measured
     assert not (lb.pfc_results or {}).get("errors"), lb.pfc_results.get("errors")
 
 

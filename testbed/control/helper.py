@@ -20,13 +20,17 @@ from ..procname import set_process_name
 
 
 def wait_readable(fds: list[int], timeout_s: float) -> list[int]:
-    """The fds of ``fds`` that are readable within ``timeout_s``: poll(2), not select(2), whose fd_set cannot
-    hold a descriptor ≥ 1024 — a fat-tree k=16 lab holds thousands of sockets. Raises InterruptedError like
-    select does when a signal arrives."""
+    """The fds of ``fds`` that are readable within ``timeout_s``. select(2) cannot hold a descriptor ≥ 1024 (a
+    fat-tree k=16 lab holds thousands of sockets), so those wait in poll(2) — whose timeout is whole
+    milliseconds, too coarse for the credit meter's sub-millisecond waits, hence select below 1024. Raises
+    InterruptedError when a signal arrives, like both."""
+    timeout_s = max(0.0, timeout_s)
+    if max(fds, default=0) < 1024:
+        return select.select(fds, [], [], timeout_s)[0]
     p = select.poll()
     for fd in fds:
         p.register(fd, select.POLLIN)
-    return [fd for fd, _ in p.poll(max(0.0, timeout_s) * 1000)]
+    return [fd for fd, _ in p.poll(timeout_s * 1000)]
 
 
 def child(body, wfd: int, name: str, detach: bool = False) -> None:
