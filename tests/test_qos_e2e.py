@@ -117,7 +117,9 @@ def pfc_scenario(enabled, fabric=LINK, leaves=3, hosts_per_leaf=3, spines=1):
         topology={"spines": spines, "leaves": leaves, "hosts_per_leaf": hosts_per_leaf, "host_link": LINK,
                   "fabric_link": fabric},
         switch={"buffer": "100KB", "traffic_classes": {"dscp": {26: 3}, "lossless": [3]},
-                "pfc": {"enabled": enabled, "xoff": "30KB", "xon": "15KB", "headroom": "48KB"}},
+                # headroom for the agent's worst reaction on a busy machine (~20 ms at 40 Mbit/s: 100 KB, + 2
+                # frames + the 15 KB shaper burst); 48 and 64 KB overflowed an ingress (3–31 packets) in suite runs
+                "pfc": {"enabled": enabled, "xoff": "30KB", "xon": "15KB", "headroom": "128KB"}},
         hosts={"pfc": True}, traffic={"dscp": 26})
 
 

@@ -41,6 +41,8 @@ PAUSE_RATE_BPS = 8000          # ≥ 4 kbit/s: lower rates make the kernel cap t
                                # (docs/architecture.md, 3.7)
 EVT_XOFF, EVT_PFC_RX = 1, 2
 XON_POLL_S = 0.0002
+SHARED_LEVEL_S = 0.001          # a shared buffer's Xon level is recomputed at most this often (it reads every
+                                # queue of the switch: ~80 µs at 8 queues; at every 0.2 ms poll that was a core)
 SWEEP_S = 0.02              # drift resync of the running queues: a sweep every 20 ms …
 SWEEP_BATCH = 32            # … in batches of this many queues, so a sweep never delays a pause for long
 
@@ -166,6 +168,7 @@ class _Agent:
             self.credits = CreditMeter(self, interval)
         self.xon = {}
         self.shared = {}          # switch → (pool, alpha × 2^10, Xon offset, its queues): dynamic Xon
+        self.shared_level: dict[str, tuple[int, int]] = {}          # switch → (computed at ns, Xon level)
         for sw in owner.topo.switches:
             q = owner.scen.switch.qos(owner.topo.nodes[sw].kind)
             self.xon[sw] = q.pfc.xon
@@ -373,12 +376,17 @@ class _Agent:
 
     def _xon_level(self, sw: str, now: int) -> int:
         """Bytes an ingress of ``sw`` must fall to for Xon: pfc.xon, or with a shared buffer the dynamic
-        threshold now less the Xon offset (the Xoff rule of lib/qos.h with hysteresis)."""
+        threshold less the Xon offset (the Xoff rule of lib/qos.h with hysteresis), at most SHARED_LEVEL_S old
+        (the queues drain meanwhile: the level only rises, so a cached one resumes a little late, never early)."""
         if sw not in self.shared:
             return self.xon[sw]
+        at, level = self.shared_level.get(sw, (0, 0))
+        if now - at < SHARED_LEVEL_S * 1e9:
+            return level
         pool, alpha, offset, keys = self.shared[sw]
-        thr = shared_threshold(pool, alpha, shared_used(self.bpf, keys, now))
-        return max(0, thr - offset)
+        level = max(0, shared_threshold(pool, alpha, shared_used(self.bpf, keys, now)) - offset)
+        self.shared_level[sw] = (now, level)
+        return level
 
     def _check_xon(self):
         levels: dict[str, int] = {}
