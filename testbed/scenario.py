@@ -351,6 +351,23 @@ class AdaptiveSpec(Strict):
                                                     # many packets long (1 ms at 40 Mbit/s held 3: noise)
 
 
+class WcmpSpec(Strict):
+    """Weighted-cost multipath (``load_balancing: wcmp``): each next-hop group becomes a table of `slots` entries
+    in which every member appears in proportion to its weight, as switch ASICs replicate members; a flow (hash),
+    a flowlet or a packet draws one entry. `source: static` takes the weights from `topology.links[].weight`."""
+    source: Literal["static", "int", "load"] = "static"
+    granularity: Literal["flow", "flowlet", "packet"] = "flowlet"
+    slots: int = Field(64, ge=2, le=255)
+    interval: Annotated[int, *_unit(units.time_ns), Field(ge=1_000_000)] = units.time_ns("10ms")
+
+    @model_validator(mode="after")
+    def _source_exists(self):
+        if self.source != "static":
+            raise ValueError(f"source: {self.source} weights (from INT path delays or port rates) are not "
+                             f"implemented yet; use static (topology.links[].weight)")
+        return self
+
+
 class SmSpec(Strict):
     """Subnet-manager routing (``switch.routing: sm``): the routing engine and how often the SM sweeps the
     fabric's link state (testbed/control/routing.py)."""
@@ -360,7 +377,7 @@ class SmSpec(Strict):
 
 
 class SwitchSpec(Strict):
-    load_balancing: Literal["ecmp", "flowlet", "spray", "adaptive"] = "ecmp"
+    load_balancing: Literal["ecmp", "flowlet", "spray", "adaptive", "wcmp"] = "ecmp"
     # distributed: every switch's own ECMP groups (topology FIB), local fast failover, routes recomputed when a
     # link changes; sm: a subnet manager computes per-destination tables (switch.sm) and sweeps link state
     routing: Literal["distributed", "sm"] = "distributed"
@@ -368,6 +385,7 @@ class SwitchSpec(Strict):
     flowlet_timeout: Time = units.time_ns("500us")
     spray: Literal["random", "round_robin"] = "random"
     adaptive: AdaptiveSpec = AdaptiveSpec()
+    wcmp: WcmpSpec = WcmpSpec()
     hash_seed: int = Field(1, ge=0, lt=2**32)
     buffer: Optional[Size] = None
     traffic_classes: TrafficClassSpec = TrafficClassSpec()

@@ -153,3 +153,12 @@ def test_credits_make_their_priorities_lossless_per_tier():
     assert (leaf.flow_control, leaf.lossless) == (None, [])            # no flow control: lossless means nothing
     assert (spine.flow_control, spine.lossless, spine.credit.buffer) == ("credit", [3], 32 * 1024)
     assert sc.switch.credit_on and sc.switch.classes_on
+
+
+def test_wcmp_keys_and_unimplemented_sources_are_refused_in_one_line():
+    sc = scenario.from_dict({"switch": {"load_balancing": "wcmp", "wcmp": {"granularity": "packet", "slots": 32}}})
+    assert (sc.switch.wcmp.source, sc.switch.wcmp.granularity, sc.switch.wcmp.slots) == ("static", "packet", 32)
+    for bad, msg in [({"source": "int"}, "switch.wcmp.source: int weights"),
+                     ({"slots": 1}, "switch.wcmp.slots"), ({"granularity": "burst"}, "switch.wcmp.granularity")]:
+        with pytest.raises(scenario.ScenarioError, match=msg):
+            scenario.from_dict({"switch": {"load_balancing": "wcmp", "wcmp": bad}})

@@ -19,6 +19,9 @@
 #ifndef PORT_SLOTS
 #define PORT_SLOTS 1024           /* port maps are arrays indexed by ifindex: largest ifindex + 1 */
 #endif
+#ifndef WCMP_SLOTS
+#define WCMP_SLOTS 64             /* entries of a next-hop group's weighted table (switch.wcmp.slots) */
+#endif
 #ifndef SWQ_MAX
 #define SWQ_MAX 16                /* queues of one switch: its ports × the priorities in use */
 #endif
@@ -52,7 +55,9 @@
 #endif
 
 /* Load-balancing modes (sw_config.mode) and spray kinds (sw_config.spray). */
-enum { MODE_ECMP = 0, MODE_FLOWLET = 1, MODE_SPRAY = 2, MODE_ADAPTIVE = 3 };
+enum { MODE_ECMP = 0, MODE_FLOWLET = 1, MODE_SPRAY = 2, MODE_ADAPTIVE = 3, MODE_WCMP = 4 };
+/* WCMP (MODE_WCMP): which packets share a choice of slot (sw_config.wcmp_granularity). */
+enum { WCMP_FLOW = 0, WCMP_FLOWLET = 1, WCMP_PACKET = 2 };
 enum { SPRAY_RANDOM = 0, SPRAY_ROUND_ROBIN = 1 };
 /* Adaptive routing (MODE_ADAPTIVE): what "least loaded" means (sw_config.ar_metric), and when to choose. */
 enum { AR_QUEUE = 0, AR_LOAD = 1, AR_QUEUE_LOAD = 2 };
@@ -213,6 +218,8 @@ struct fib_key {                  /* LPM key: prefixlen covers switch_id (32 bit
 struct nh_group {
 	__u32 n;                  /* 0: drop */
 	__u32 ports[MAX_NH];      /* egress ifindexes */
+	__u32 nslots;             /* WCMP: entries of wslot in use (0: no weights, plain ECMP over ports) */
+	__u8 wslot[WCMP_SLOTS];   /* WCMP: each member (index into ports) replicated by its weight, as hardware does */
 };
 
 struct sw_config {                /* sw_config[switch_id] */
@@ -224,6 +231,8 @@ struct sw_config {                /* sw_config[switch_id] */
 	__u32 ar_granularity;     /* AR_PACKET | AR_FLOWLET */
 	__u32 track;              /* 1: per-flow path counters on single-port groups too (SM routing) */
 	__u64 load_window_ns;     /* the load metric: bytes a port sent over about this long */
+	__u32 wcmp_granularity;   /* WCMP_FLOW | WCMP_FLOWLET | WCMP_PACKET */
+	__u32 pad;
 };
 
 /* A parsed packet: what forwarding and load balancing need (lib/parse.h fills it). */

@@ -49,6 +49,33 @@ FTB_ALWAYS_INLINE void lb_count(struct flow_state *fs, __u64 slot)
 		__sync_fetch_and_add(&fs->pkts[slot], 1);
 }
 
+/* WCMP: a member of group `g` drawn from its weighted table — by the flow's hash, per flowlet (a new draw after
+ * an idle gap above the flowlet timeout) or per packet — so each member gets its weight's share of the draws. */
+FTB_ALWAYS_INLINE __u64 wcmp_slot(const struct sw_config *cfg, const struct nh_group *g, const struct pkt *p,
+				  struct flow_state *fs)
+{
+	__u32 ns = g->nslots < WCMP_SLOTS ? g->nslots : WCMP_SLOTS;
+	__u64 s, now;
+
+	if (cfg->wcmp_granularity == WCMP_PACKET) {
+		s = pick_slot(bpf_get_prandom_u32(), ns);
+	} else if (cfg->wcmp_granularity == WCMP_FLOWLET && fs) {
+		now = bpf_ktime_get_ns();
+		if (fs->last_ns == 0 || now - fs->last_ns > cfg->flowlet_timeout_ns || fs->slot >= g->n) {
+			s = pick_slot(bpf_get_prandom_u32(), ns);
+			ftb_opaque(s);
+			fs->slot = s < WCMP_SLOTS ? g->wslot[s] : 0;
+		}
+		fs->last_ns = now;
+		return fs->slot;
+	} else {
+		s = pick_slot(flow_hash(cfg->seed, ftb_ntohl(p->saddr), ftb_ntohl(p->daddr), p->sport, p->dport,
+					p->proto), ns);
+	}
+	ftb_opaque(s);
+	return s < WCMP_SLOTS ? g->wslot[s] : 0;
+}
+
 /* The slot a packet of flow `p` takes in group `g` by the switch's mode; `*fsp` gets the flow's state where the
  * switch keeps one (the caller counts the packet there once the port is known to be up: lb_count).
  * Slots are __u64: with 32-bit values clang bounds-checks one zero-extended copy and indexes with another,
@@ -91,6 +118,8 @@ FTB_ALWAYS_INLINE __u64 lb_choose(__u32 sw, const struct nh_group *g, const stru
 		} else {
 			slot = pick_slot(bpf_get_prandom_u32(), n);
 		}
+	} else if (mode == MODE_WCMP && g->nslots) {
+		slot = wcmp_slot(cfg, g, p, fs);
 	} else if (mode == MODE_FLOWLET && fs) {
 		/* A new path only after an idle gap longer than the timeout: never reorders within a burst. */
 		now = bpf_ktime_get_ns();

@@ -37,6 +37,7 @@ from ..errors import HelperFailed
 from ..fabric import netns
 from ..topology.routing import Router
 from . import engines
+from ..datapath import fill_group
 from .helper import ForkedHelper, wait_readable, write_result
 
 RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
@@ -83,14 +84,11 @@ def _u32(addr: str) -> int:
     return int.from_bytes(socket.inet_aton(addr), "little")
 
 
-def _put(t, sid: int, addr: int, plen: int, ports, max_nh: int) -> None:
+def _put(t, topo, sid: int, addr: int, plen: int, ports, max_nh: int) -> None:
     k = t.Key()
     k.prefixlen, k.switch_id, k.addr = 32 + plen, sid, addr
     v = t.Leaf()
-    ports = tuple(ports)[:max_nh]
-    v.n = len(ports)
-    for i, p in enumerate(ports):
-        v.ports[i] = p
+    fill_group(v, topo, ports, max_nh)
     t[k] = v
 
 
@@ -110,7 +108,7 @@ def write_tables(bpf, topo, old: engines.Tables, new: engines.Tables, max_nh: in
     n = 0
     for key, ports in new.items():
         if old.get(key) != ports:
-            _put(t, ids[key[0]], _u32(key[1]), 32, ports, max_nh)
+            _put(t, topo, ids[key[0]], _u32(key[1]), 32, ports, max_nh)
             n += 1
             if switches is not None:
                 switches.add(key[0])
@@ -159,9 +157,9 @@ class Distributed:
                 continue
             s, net, plen = key
             if key in new:
-                _put(t, ids[s], _u32(net), plen, new[key], max_nh)
+                _put(t, self.topo, ids[s], _u32(net), plen, new[key], max_nh)
             elif key in self.exact:
-                _put(t, ids[s], _u32(net), plen, self.exact[key], max_nh)
+                _put(t, self.topo, ids[s], _u32(net), plen, self.exact[key], max_nh)
             else:
                 _delete(t, ids[s], _u32(net), plen)
             n += 1

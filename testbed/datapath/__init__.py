@@ -21,6 +21,7 @@ counters). User space changes the model only through the control program ``ftb_c
 from __future__ import annotations
 
 import ctypes as ct
+import functools
 import ipaddress
 import socket
 import struct
@@ -43,7 +44,8 @@ HOST_PROGRAM = "ftb_host_ingress"
 STAGES = ("ftb_stage_adaptive", "ftb_stage_forward", "ftb_stage_failover")   # tail-call stages, in the order of
                                                                              # STAGE_* (common.h)
 CONTROL_PROGRAM = "ftb_ctl"          # user space's atomic changes to the queue model (run with PROG_TEST_RUN)
-MODES = {"ecmp": 0, "flowlet": 1, "spray": 2, "adaptive": 3}
+MODES = {"ecmp": 0, "flowlet": 1, "spray": 2, "adaptive": 3, "wcmp": 4}
+WCMP_GRANULARITY = {"flow": 0, "flowlet": 1, "packet": 2}
 AR_METRICS = {"queue": 0, "load": 1, "queue+load": 2}
 AR_GRANULARITY = {"packet": 0, "flowlet": 1}
 SPRAY_KINDS = {"random": 0, "round_robin": 1}
@@ -101,6 +103,26 @@ class FlowPath:
     @property
     def paths(self) -> int:
         return len(self.packets)
+
+
+@functools.lru_cache(maxsize=1024)
+def _wcmp_bytes(weights: tuple[int, ...], slots: int) -> tuple[int, bytes]:
+    table = hashing.wcmp_table(weights, slots)
+    return len(table), bytes(table) + bytes(slots - len(table))
+
+
+def fill_group(v, topo, ports, max_nh: int) -> None:
+    """Fill an ``nh_group`` map value: the egress ports (at most ``max_nh``) and the WCMP table of their
+    weights (``topology.links`` weight of each port's link; hashing.wcmp_table), which the switch program reads
+    under ``load_balancing: wcmp``. One home for the group layout: the loader, the SM and the distributed
+    re-route all write groups through it. Tables are cached per weight tuple (an SM install at k=16 writes
+    327,680 groups)."""
+    ports = tuple(ports)[:max_nh]
+    v.n = len(ports)
+    for i, p in enumerate(ports):
+        v.ports[i] = p
+    v.nslots, table = _wcmp_bytes(tuple(topo.port(p).weight for p in ports), len(v.wslot))
+    ct.memmove(v.wslot, table, len(table))
 
 
 def _mac(text: str) -> bytes:
@@ -167,6 +189,7 @@ class Datapath:
             "PORT_SLOTS": max([1] + [p.ifindex for ps in topo.ports.values() for p in ps]) + 1,
             "N_SWITCHES": max(1, len(topo.switch_ids)),
             "ACCT_SLOTS": max([1] + [len(topo.ports[sw]) for sw in topo.switches]),
+            "WCMP_SLOTS": switch_spec.wcmp.slots,
             "SWQ_MAX": max([1] + [len(topo.ports[sw]) for sw in topo.switches]) * len(self.priorities()),
             "FIB_SIZE": len(topo.fib) + extra + 16,
             "FLOW_SIZE": min(65536, max(4096, _pow2(2 * hosts * hosts))),
@@ -448,9 +471,7 @@ class Datapath:
             k = t.Key()
             k.prefixlen, k.switch_id, k.addr = 32 + e.plen, self.topo.switch_ids[e.switch], _net_u32(e.prefix)
             v = t.Leaf()
-            v.n = len(e.ports)
-            for i, ifx in enumerate(e.ports):
-                v.ports[i] = ifx
+            fill_group(v, self.topo, e.ports, self.max_nh)
             t[k] = v
 
     def set_mode(self, switch_spec, switches=None) -> None:
@@ -472,6 +493,7 @@ class Datapath:
             v.ar_granularity = AR_GRANULARITY[ar.granularity]
             v.load_window_ns = int(ar.load_window)
             v.track = 1 if getattr(switch_spec, "routing", "distributed") == "sm" else 0
+            v.wcmp_granularity = WCMP_GRANULARITY[switch_spec.wcmp.granularity]
             if switch_spec.load_balancing == "adaptive" and ar.flowlet_timeout is not None:
                 v.flowlet_timeout_ns = int(ar.flowlet_timeout)
             t[t.Key(sid)] = v

@@ -81,3 +81,39 @@ def failover_index(h: int, ports, down) -> int | None:
         if score > best_score:
             best, best_score = i, score
     return best
+
+
+def wcmp_table(weights, slots: int) -> list[int]:
+    """The weighted table of a WCMP group (nh_group.wslot): member indexes, each repeated in proportion to its
+    weight, spread out (smooth weighted round robin order) so that neighbouring slots differ. Exact
+    proportions when the weights add up to at most ``slots`` (the table is then the largest multiple of their
+    sum that fits); else largest-remainder apportionment, every member keeping at least one slot."""
+    total = sum(weights)
+    n = len(weights)
+    if n == 0 or total <= 0:
+        return []
+    if total <= slots:
+        counts = [w * (slots // total) for w in weights]
+    else:
+        quota = [w * slots / total for w in weights]
+        counts = [max(1, int(q)) for q in quota]
+        for i in sorted(range(n), key=lambda i: quota[i] - int(quota[i]), reverse=True):
+            if sum(counts) >= slots:
+                break
+            counts[i] += 1
+        while sum(counts) > slots:                  # the minimum of one slot each overshot: take from the largest
+            counts[max(range(n), key=lambda i: counts[i])] -= 1
+    size = sum(counts)
+    current, table = [0] * n, []
+    for _ in range(size):                           # smooth weighted round robin over the counts
+        for i in range(n):
+            current[i] += counts[i]
+        best = max(range(n), key=lambda i: current[i])
+        current[best] -= size
+        table.append(best)
+    return table
+
+
+def wcmp_index(seed: int, saddr, daddr, sport: int, dport: int, proto: int, table) -> int:
+    """The member (index into the group's ports) WCMP picks per flow: the flow hash into the weighted table."""
+    return table[pick(flow_hash(seed, saddr, daddr, sport, dport, proto), len(table))]
