@@ -162,3 +162,19 @@ def test_wcmp_keys_and_unimplemented_sources_are_refused_in_one_line():
                      ({"slots": 1}, "switch.wcmp.slots"), ({"granularity": "burst"}, "switch.wcmp.granularity")]:
         with pytest.raises(scenario.ScenarioError, match=msg):
             scenario.from_dict({"switch": {"load_balancing": "wcmp", "wcmp": bad}})
+
+
+def test_lossless_qdisc_holds_what_every_ingress_may_send():
+    """Under PFC each ingress may hold xoff + headroom in the switch; a lossless queue's qdisc must hold that from
+    every port of its switch (else it drops what PFC allowed: 128–579 packets with 512 KB of headroom), and at
+    least 4 buffers."""
+    from testbed import topology
+    from testbed.fabric.port import port_configs
+    for xoff, headroom, want in (("128KB", "512KB", 4 * (128 + 512) * 1024), ("16KB", "16KB", 4 * 100 * 1024)):
+        sc = scenario.from_dict({"switch": {"buffer": "100KB", "traffic_classes": {"dscp": {26: 3}, "lossless": [3]},
+                                            "pfc": {"enabled": True, "xoff": xoff, "xon": "8KB",
+                                                    "headroom": headroom}},
+                                 "traffic": {"dscp": 26}})
+        topo = topology.build(sc.topology)                   # leaf0: 2 hosts + 2 spines
+        c = port_configs(topo, sc.switch)[topo.ports["leaf0"][0].ifindex]
+        assert c.queue_limit(3) == want, headroom

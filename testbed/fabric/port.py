@@ -125,13 +125,16 @@ class PortConfig:
     def queue_limit(self, prio: int | None = None) -> int:
         """Byte limit of the qdisc queue of ``prio`` (None: the single TBF root). A host NIC holds its buffer;
         a switch port's qdisc holds more than the buffer the switch program enforces, so that it never drops
-        first: a lossy queue the buffer + 64 KB, a lossless one 4 buffers."""
+        first: a lossy queue the buffer + 64 KB, a lossless one 4 buffers or what all its switch's ingresses may
+        hold (credit buffer, or PFC xoff + headroom, per port), whichever is more."""
         if not self.is_switch_port:
             return self.buffer_bytes
         if prio is not None and prio in self.lossless:
             if self.flow_control == "credit":        # every other ingress may have its credit buffer queued here
                 return max(LOSSLESS_FACTOR, self.switch_ports) * self.ingress_buffer
-            return LOSSLESS_FACTOR * self.buffer_bytes
+            # PFC: every ingress may hold xoff + headroom here, which can pass 4 buffers (a large headroom for
+            # fast links: the egress then dropped what the ingresses were still allowed to send)
+            return max(LOSSLESS_FACTOR * self.buffer_bytes, self.switch_ports * self.ingress_buffer)
         return self.buffer_bytes + LOSSY_SLACK
 
     @property
