@@ -320,6 +320,8 @@ def test_ecn_ebpf_marker_agrees_with_red():
         assert abs(f_ebpf - _curve(ebpf["depth_mean"])) <= 0.04, (depth, f_ebpf, ebpf)
         assert abs(f_ebpf - _curve(depth - FRAME)) <= 0.05, (depth, f_ebpf, ebpf)
         assert abs(f_red - _red_fraction(_curve(depth - FRAME))) <= 0.045, (depth, f_red, red["qdisc"])
-        assert abs(_red_p_from_fraction(f_red) - f_ebpf) <= 0.05, (depth, f_red, f_ebpf)
+        # ~1,550 packets per marker: 1σ of each fraction ≈ 0.012, of this difference ≈ 0.017; 0.057 seen once
+        # (CI-9: eBPF +0.035 over its curve, RED −0.02 under its expectation, at D = 75 KB)
+        assert abs(_red_p_from_fraction(f_red) - f_ebpf) <= 0.06, (depth, f_red, f_ebpf)
     f_ebpf = [r[4] for r in rows]
     assert f_ebpf == sorted(f_ebpf) and f_ebpf[-1] - f_ebpf[0] >= 0.15, f_ebpf     # a rising curve, not a plateau
