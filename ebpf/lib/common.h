@@ -83,6 +83,7 @@ enum {
 #define ETH_P_MACCTL 0x8808       /* MAC control: PFC frames (opcode 0x0101) */
 #define PFC_OPCODE 0x0101
 #define ETH_P_KICK 0x88B5         /* local experimental: the agent's "kick" frame after a resume; dropped silently */
+/* HTB_MAJOR / HTB_CLASS_BASE are mirrored by testbed/qos_classes.py (qdisc handles, hosts' SO_PRIORITY) */
 #define HTB_MAJOR 0x10000         /* classid 1:(0x10 + prio) of the HTB class of a priority (skb->priority) */
 #define HTB_CLASS_BASE 0x10
 #define ECN_MASK 3

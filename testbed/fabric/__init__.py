@@ -16,7 +16,8 @@ import time
 
 from . import netns
 from .netlink import Batch, NetlinkError, dump_root_qdisc_stats
-from .port import HTB_MAJOR, HTB_ROOT_CLASS, PortConfig, port_configs
+from .port import PortConfig, port_configs
+from ..qos_classes import HTB_MAJOR, HTB_ROOT_CLASS
 from ..topology import Topology
 
 SIOCETHTOOL = 0x8946

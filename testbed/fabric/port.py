@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import qos_classes
+from ..qos_classes import HTB_CLASS_BASE, HTB_MAJOR
 from ..topology import TIERS, Port, Topology
 
 N_PRIO = 8                      # 802.1p priorities
-HTB_CLASS_BASE = 0x10           # classid 1:(HTB_CLASS_BASE + prio)
-HTB_MAJOR = 0x10000             # handle 1: of the HTB root
-HTB_ROOT_CLASS = 0x10001        # 1:1, at the link rate, parent of the per-priority classes
 LOSSY_SLACK = 64 * 1024         # a lossy queue's qdisc holds this much above the buffer the switch program enforces
 LOSSLESS_FACTOR = 4             # a lossless queue's qdisc holds this many buffers (it must never drop first)
 MIN_CLASS_RATE = 8000           # bit/s: HTB's guaranteed rate of a class is link rate / classes, at least this
@@ -109,10 +108,7 @@ class PortConfig:
     def minor(prio: int) -> int:
         return HTB_CLASS_BASE + prio
 
-    @staticmethod
-    def skb_priority(prio: int) -> int:
-        """``skb->priority`` / SO_PRIORITY value that selects the HTB class of ``prio``."""
-        return HTB_MAJOR | (HTB_CLASS_BASE + prio)
+    skb_priority = staticmethod(qos_classes.skb_priority)   # SO_PRIORITY selecting the class of a priority
 
     def leaf_handle(self, prio: int) -> int:
         """Handle of the TBF leaf under the class of ``prio``."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import socket
 
+from ..qos_classes import skb_priority
+
 READY, WAIT_TIME, WAIT_WRITE, WAIT_READ, DONE = range(5)
 
 IP_UDP_HDR = 28
@@ -31,7 +33,7 @@ def _tos(sock: socket.socket, flow: dict) -> None:
     if tos:
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
     if flow.get("prio") is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, 0x10000 | (0x10 + flow["prio"]))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, skb_priority(flow["prio"]))
 
 
 def _reuse(sock: socket.socket, port_too: bool = True) -> None:

@@ -17,6 +17,8 @@ import socket
 import struct
 import zlib
 
+from ...qos_classes import skb_priority
+
 ROCE_PORT = 4791
 
 # RC opcodes (transport 000)
@@ -164,7 +166,7 @@ def data_socket(src: str, sport: int, tos: int = (DSCP_ROCE << 2) | ECT0, sndbuf
     s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
     s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
     if prio is not None:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, 0x10000 | (0x10 + prio))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, skb_priority(prio))
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)          # it never receives
     # Without IP_RECVERR, UDP hides a full qdisc (ENOBUFS becomes "sent"; the packet is lost). With it the sender
     # sees ENOBUFS and retries, lossless like the raw socket was (and a NIC queue is). Side effect: an ICMP
