@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import scenario
+from testbed import scenario, topology
 from testbed.fabric import netns
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +76,32 @@ def loaded_datapath(topo, switch_spec, ports, tag: str):
             yield dp
         finally:
             dp.close()
+
+
+def datapath_fixtures(scenario_dict: dict, tag: str, *, host_ports: bool = False, name: str = "dp"):
+    """Module-scoped fixtures of a PROG_TEST_RUN module, to bind at its top level:
+    ``scen, topo, dp = datapath_fixtures({...}, "tag")``. ``scen`` is the scenario of ``scenario_dict``, ``topo``
+    its topology, and the fixture called ``name`` the switch program loaded for it by :func:`loaded_datapath` with
+    a veth for every switch port (``host_ports``: every host NIC's port too); skipped without root. Per-test
+    resets of the loaded program stay with the module (each clears what its own tests touch)."""
+    @pytest.fixture(scope="module", name="scen")
+    def scen_():
+        return scenario.from_dict(scenario_dict)
+
+    @pytest.fixture(scope="module", name="topo")
+    def topo_(scen):
+        return topology.build(scen.topology)
+
+    @pytest.fixture(scope="module", name=name)
+    def loaded_(topo, scen):
+        if os.geteuid() != 0:
+            pytest.skip("needs root (BPF, namespaces)")
+        ports = ([p for ps in topo.ports.values() for p in ps] if host_ports
+                 else [p for sw in topo.switches for p in topo.ports[sw]])
+        with loaded_datapath(topo, scen.switch, ports, tag) as dp:
+            yield dp
+
+    return scen_, topo_, loaded_
 
 
 def make_scenario(**sections) -> scenario.Scenario:

@@ -1,14 +1,12 @@
 """Credit-based flow control: the switch program's accounting in credit mode (BPF_PROG_TEST_RUN on crafted
 packets: bytes charged per ingress, no Xoff, the credit buffer as the ingress's limit) and the credit meter's
 pure arithmetic (grant, margin, the meter's token rate, the in-place TBF bucket rewrite)."""
-import os
 import time
 
 import pytest
 
-from conftest import loaded_datapath
+from conftest import datapath_fixtures
 
-from testbed import scenario, topology
 from testbed.control.credits import grant, margin_bytes, meter_rate
 from testbed.datapath import N_PRIO, testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT, TC_ACT_SHOT
@@ -52,26 +50,9 @@ def test_bucket_rewrite_equals_a_freshly_encoded_change(burst):
 
 # ---------------------------------------------------------------- the switch program in credit mode
 
-
-
-@pytest.fixture(scope="module")
-def scen():
-    return scenario.from_dict({"topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2,
-                                            "host_link": {"rate": "1mbit", "buffer": "256KB"}},
-                               "switch": SWITCH, "traffic": {"dscp": 26}})
-
-
-@pytest.fixture(scope="module")
-def topo(scen):
-    return topology.build(scen.topology)
-
-
-@pytest.fixture(scope="module")
-def dp(topo, scen):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (BPF, namespaces)")
-    with loaded_datapath(topo, scen.switch, [p for ps in topo.ports.values() for p in ps], "cru") as d:
-        yield d
+scen, topo, dp = datapath_fixtures({"topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2,
+                                                 "host_link": {"rate": "1mbit", "buffer": "256KB"}},
+                                    "switch": SWITCH, "traffic": {"dscp": 26}}, "cru", host_ports=True)
 
 
 def _frame(topo):

@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
-from conftest import loaded_datapath
+from conftest import datapath_fixtures
 
-from testbed import scenario, topology
+from testbed import scenario
 from testbed.datapath import hashing, testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT, TC_ACT_SHOT
 
@@ -24,20 +24,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (BPF, name
 SPINES = 4
 
 
-@pytest.fixture(scope="module")
-def scen():
-    return scenario.from_dict({"topology": {"spines": SPINES, "leaves": 3, "hosts_per_leaf": 2}})
-
-
-@pytest.fixture(scope="module")
-def topo(scen):
-    return topology.build(scen.topology)
-
-
-@pytest.fixture(scope="module")
-def loaded(topo, scen):
-    with loaded_datapath(topo, scen.switch, [p for sw in topo.switches for p in topo.ports[sw]], "dpt") as dp:
-        yield dp
+scen, topo, loaded = datapath_fixtures({"topology": {"spines": SPINES, "leaves": 3, "hosts_per_leaf": 2}}, "dpt",
+                                       name="loaded")
 
 
 @pytest.fixture

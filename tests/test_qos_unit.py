@@ -11,9 +11,8 @@ import time
 
 import pytest
 
-from conftest import loaded_datapath
+from conftest import datapath_fixtures
 
-from testbed import scenario, topology
 from testbed.datapath import N_PRIO, testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT, TC_ACT_SHOT
 
@@ -32,24 +31,12 @@ SWITCH = {"buffer": BUFFER,
           "pfc": {"enabled": True, "xoff": XOFF, "xon": 30_000, "headroom": "64KB"}}
 
 
-@pytest.fixture(scope="module")
-def scen():
-    # slow host links (1 Mbit/s = 8 µs a byte): the milliseconds a busy machine may take between setting a
-    # depth and running the packet drain only a few hundred bytes
-    return scenario.from_dict({"topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2,
-                                            "host_link": {"rate": "1mbit", "buffer": "256KB"}},
-                               "switch": SWITCH, "traffic": {"dscp": 26}})
-
-
-@pytest.fixture(scope="module")
-def topo(scen):
-    return topology.build(scen.topology)
-
-
-@pytest.fixture(scope="module")
-def loaded(topo, scen):
-    with loaded_datapath(topo, scen.switch, [p for ps in topo.ports.values() for p in ps], "qut") as dp:
-        yield dp
+# slow host links (1 Mbit/s = 8 µs a byte): the milliseconds a busy machine may take between setting a
+# depth and running the packet drain only a few hundred bytes
+scen, topo, loaded = datapath_fixtures({"topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2,
+                                                     "host_link": {"rate": "1mbit", "buffer": "256KB"}},
+                                        "switch": SWITCH, "traffic": {"dscp": 26}}, "qut", host_ports=True,
+                                       name="loaded")
 
 
 @pytest.fixture

@@ -5,9 +5,8 @@ import os
 
 import pytest
 
-from conftest import loaded_datapath
+from conftest import datapath_fixtures
 
-from testbed import scenario, topology
 from testbed.control import engines, routing
 from testbed.datapath import testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT, TC_ACT_SHOT
@@ -18,21 +17,8 @@ Ether, IP, UDP, Raw = scapy_all.Ether, scapy_all.IP, scapy_all.UDP, scapy_all.Ra
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (BPF, namespaces)")
 
 
-@pytest.fixture(scope="module")
-def scen():
-    return scenario.from_dict({"topology": {"kind": "fat-tree", "k": 4},
-                               "switch": {"routing": "sm", "sm": {"engine": "ftree"}}})
-
-
-@pytest.fixture(scope="module")
-def topo(scen):
-    return topology.build(scen.topology)
-
-
-@pytest.fixture(scope="module")
-def dp(topo, scen):
-    with loaded_datapath(topo, scen.switch, [p for sw in topo.switches for p in topo.ports[sw]], "smd") as d:
-        yield d
+scen, topo, dp = datapath_fixtures({"topology": {"kind": "fat-tree", "k": 4},
+                                    "switch": {"routing": "sm", "sm": {"engine": "ftree"}}}, "smd")
 
 
 def frame(port, src, dst, sport=20000):

@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
-from conftest import loaded_datapath
+from conftest import datapath_fixtures
 
-from testbed import scenario, topology
+from testbed import scenario
 from testbed.datapath import hashing, testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT
 
@@ -30,23 +30,10 @@ def test_table_repeats_members_by_weight_and_spreads_them():
     assert hashing.wcmp_table((), 64) == []
 
 
-@pytest.fixture(scope="module")
-def scen():
-    return scenario.from_dict({
-        "topology": {"spines": 4, "leaves": 2, "hosts_per_leaf": 1,
-                     "links": [{"between": ["leaf0", s], "weight": w} for s, w in WEIGHTS.items()]},
-        "switch": {"load_balancing": "wcmp", "wcmp": {"granularity": "flow"}}})
-
-
-@pytest.fixture(scope="module")
-def topo(scen):
-    return topology.build(scen.topology)
-
-
-@pytest.fixture(scope="module")
-def dp(topo, scen):
-    with loaded_datapath(topo, scen.switch, [p for sw in topo.switches for p in topo.ports[sw]], "wcu") as d:
-        yield d
+scen, topo, dp = datapath_fixtures({
+    "topology": {"spines": 4, "leaves": 2, "hosts_per_leaf": 1,
+                 "links": [{"between": ["leaf0", s], "weight": w} for s, w in WEIGHTS.items()]},
+    "switch": {"load_balancing": "wcmp", "wcmp": {"granularity": "flow"}}}, "wcu")
 
 
 def template(topo, ttl=64):
