@@ -19,9 +19,10 @@
 #include "lib/counters.h"
 #include "lib/rewrite.h"
 #include "lib/qos.h"
+#include "lib/int.h"
 
 /* Send a packet whose egress port is chosen: rewrite, egress queueing (drop, ECN, PFC), counters, redirect. */
-FTB_ALWAYS_INLINE int forward(struct __sk_buff *skb, __u32 sw, __u32 in, __u32 out, __u8 tos)
+FTB_ALWAYS_INLINE int forward_out(struct __sk_buff *skb, __u32 sw, __u32 in, __u32 out, __u8 tos)
 {
 	struct port_info *egress = port_lookup(out);
 
@@ -33,7 +34,28 @@ FTB_ALWAYS_INLINE int forward(struct __sk_buff *skb, __u32 sw, __u32 in, __u32 o
 		return TC_ACT_SHOT;        /* tail drop: counted per (egress port, priority) in queue_stats */
 	count_tx(out, skb->len);
 	count_load(sw, out, skb->len);
+	int_count_tx(out, skb->len);
 	return bpf_redirect(out, 0);
+}
+
+/* Send a packet, through the INT stage first where telemetry is due (lib/int.h). */
+FTB_ALWAYS_INLINE int forward(struct __sk_buff *skb, __u32 sw, __u32 in, __u32 out, const struct pkt *p)
+{
+	__u32 zero = 0;
+	struct fwd_ctx *ctx;
+
+	if (int_wanted(p, in)) {
+		ctx = fwd_scratch.lookup(&zero);
+		if (!ctx)
+			return drop(in, DROP_BAD_EGRESS);
+		ctx->p = *p;
+		ctx->sw = sw;
+		ctx->in = in;
+		ctx->out = out;
+		stages.call(skb, STAGE_INT);
+		return drop(in, DROP_BAD_EGRESS);             /* the stage is missing */
+	}
+	return forward_out(skb, sw, in, out, p->tos);
 }
 
 int ftb_switch_ingress(struct __sk_buff *skb)
@@ -100,7 +122,7 @@ int ftb_switch_ingress(struct __sk_buff *skb)
 		return drop(in, DROP_BAD_EGRESS);             /* the stage is missing */
 	}
 	lb_count(fs, slot);
-	return forward(skb, ingress->switch_id, in, out, p.tos);
+	return forward(skb, ingress->switch_id, in, out, &p);
 }
 
 /* Stage: the port the load balancer chose has lost its link; take another live port of the group (rendezvous
@@ -171,7 +193,22 @@ int ftb_stage_forward(struct __sk_buff *skb)
 
 	if (!ctx)
 		return TC_ACT_SHOT;
-	return forward(skb, ctx->sw, ctx->in, ctx->out, ctx->p.tos);
+	return forward(skb, ctx->sw, ctx->in, ctx->out, &ctx->p);
+}
+
+/* Stage: in-band telemetry on a packet whose egress port is chosen (source, transit or sink), then send it. */
+int ftb_stage_int(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct fwd_ctx *ctx = fwd_scratch.lookup(&zero);
+	int tos;
+
+	if (!ctx)
+		return TC_ACT_SHOT;
+	tos = int_hop(skb, ctx->sw, ctx->in, ctx->out, &ctx->p);
+	if (tos < 0)
+		return drop(ctx->in, DROP_MALFORMED);
+	return forward_out(skb, ctx->sw, ctx->in, ctx->out, (__u8)tos);
 }
 
 /* XDP on the leaf's host-facing ports: the host NIC's "transmit completion".

@@ -130,7 +130,8 @@ class Lab:
     def __init__(self, scen: Scenario, name: str, kind: str = "run", keep: bool = False, source: str = ""):
         self.scen, self.name, self.kind, self.keep, self.source = scen, check_name(name), kind, keep, source
         self.topo = topology.build(scen.topology)
-        self.ports = port_configs(self.topo, scen.switch, scen.hosts.pfc)   # every port's egress, built once
+        self.ports = port_configs(self.topo, scen.switch, scen.hosts.pfc,  # every port's egress, built once
+                                  scen.fabric_mtu)
         self.fabric = Fabric(self.topo, name, self.ports)
         self.datapath = None
         self.pfc = None                        # the PFC agent (control/pfc.py) when a tier has PFC on
@@ -168,7 +169,7 @@ class Lab:
             from concurrent.futures import ThreadPoolExecutor
 
             from .datapath import Datapath
-            self.datapath = Datapath(self.topo, self.scen.switch, self.ports)
+            self.datapath = Datapath(self.topo, self.scen.switch, self.ports, self.scen.telemetry.int)
             # BCC compiles in C without the GIL: overlap it with the kernel building the fabric
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcc")
             compiled = pool.submit(self.datapath.load)

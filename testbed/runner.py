@@ -159,6 +159,16 @@ def _degradations(sampler, lab: Lab, acct, traffic: Traffic) -> list[str]:
     return out
 
 
+def _int_degradations(stats: dict | None) -> list[str]:
+    """What INT could not do: reports lost for a full ring buffer, packets it could not instrument."""
+    out = []
+    if stats and stats["export_lost"]:
+        out.append(f"INT: {stats['export_lost']} report(s) lost (the ring buffer was full; int.csv lacks them)")
+    if stats and stats["failed"]:
+        out.append(f"INT: {stats['failed']} packet(s) the switch program could not instrument or strip")
+    return out
+
+
 def _routing_section(scen, lab, origin: float) -> dict | None:
     """The routing agent's report for the manifest, times on the run's clock."""
     rt = lab.routing_results or {}
@@ -254,9 +264,15 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
                                             origin=origin, cpu=telemetry.CpuGuard(acct, origin),
                                             resync_classes=not lab.pfc_on)
             sampler.start()
+            collector = None
+            if lab.datapath.int_spec is not None:        # telemetry.int: the sinks' reports, read as they come
+                collector = telemetry.IntCollector(lab.datapath, origin)
+                collector.start()
 
             def check() -> None:
                 sampler.check()
+                if collector is not None:
+                    collector.check()
                 lab.check()
             try:
                 traffic = _traffic(scen, lab, origin, check, outdir, log)
@@ -264,20 +280,27 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
                 failures.append(str(e))
             finally:
                 sampler.stop()
+                if collector is not None:
+                    collector.stop()
                 pcaps = captures.stop()
             used = telemetry.paths_used(topo, lab.datapath.flow_paths(), traffic.flows)
+            int_rows = int_stats = None
+            if collector is not None:
+                int_rows, int_stats = collector.rows(topo, traffic.flows), lab.datapath.int_counters()
             drops = lab.datapath.drop_counters()
             resyncs = lab.datapath.resyncs
             timings = dict(lab.fabric.timings)
         failures += lab.failures
-    if sampler.error and sampler.error not in failures:
-        failures.append(sampler.error)
+    for err in (sampler.error, collector.error if collector is not None else None):
+        if err and err not in failures:
+            failures.append(err)
     ended = time.time()
-    degradations = _degradations(sampler, lab, acct, traffic)
+    degradations = _degradations(sampler, lab, acct, traffic) + _int_degradations(int_stats)
     for d in degradations:
         log(f"degraded: {d}")
     manifest = _manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic, failures, degradations,
                          drops=drops, resyncs=resyncs, timings=timings, pcaps=pcaps, origin=origin)
+    manifest["int"] = dict(int_stats, fabric_mtu=scen.fabric_mtu) if int_stats is not None else None
     fail_rows = None
     if scen.failures:
         from .control.failures import rows as failure_rows
@@ -290,7 +313,8 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
             "queue_model_error": manifest["qos"]["queue_model_error"]["mean"],
             "failed": failures[0] if failures else None, "profile": scen.profile}
     row = report.write_run(outdir, manifest, sampler.rows, _flow_rows(topo, traffic, used), sampler.cpu.result(),
-                           meta, collectives=traffic.collectives, failures=fail_rows, sm=_sm_rows(topo, lab, origin))
+                           meta, collectives=traffic.collectives, failures=fail_rows, sm=_sm_rows(topo, lab, origin),
+                           int_rows=int_rows)
     if failures:
         raise RunFailed(f"{failures[0]} (results collected so far: {outdir})")
     return outdir, row

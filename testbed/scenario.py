@@ -6,6 +6,7 @@ document before validation, so they are checked exactly like the file.
 """
 from __future__ import annotations
 
+import builtins
 import copy
 import re
 from fractions import Fraction
@@ -606,8 +607,30 @@ class FailureSpec(Strict):
         return self.state if self.state else f"rate {self.rate}bit"
 
 
+INT_HEADER_BYTES = 16        # INT over UDP: the shim (4 B) and the INT-MD metadata header (12 B)
+INT_HOP_BYTES = 32           # one hop's metadata: 8 words (docs/int.md)
+INT_MAX_HOPS = 8
+
+
+class IntSpec(Strict):
+    """In-band network telemetry (INT-MD over UDP, docs/int.md): the first switch marks every `sample`-th UDP
+    packet of a flow, every switch pushes its hop record, the last switch strips the stack and exports it.
+    Links between switches carry `fabric_mtu` (default: the topology's MTU plus the largest stack), so a
+    full-sized packet always has room; a packet that would exceed it is not instrumented (counted)."""
+    enabled: bool = False
+    sample: int = Field(1, ge=1, le=1_000_000)
+    max_hops: int = Field(INT_MAX_HOPS, ge=1, le=INT_MAX_HOPS)
+    fabric_mtu: Optional[int] = Field(None, ge=576, le=9216)
+
+    def room(self) -> int:
+        """Bytes the largest stack adds to a packet."""
+        return INT_HEADER_BYTES + self.max_hops * INT_HOP_BYTES
+
+
 class TelemetrySpec(Strict):
-    interval: Annotated[int, *_unit(units.time_ns), Field(ge=10_000_000)] = units.time_ns("100ms")
+    # builtins.int: the field `int` below shadows the name in this class's (deferred) annotations
+    interval: Annotated[builtins.int, *_unit(units.time_ns), Field(ge=10_000_000)] = units.time_ns("100ms")
+    int: IntSpec = IntSpec()
 
 
 class Scenario(Strict):
@@ -653,6 +676,7 @@ class Scenario(Strict):
         self._rail_shift_crosses()
         self._pfc_does_something()
         self._shared_buffer_fits()
+        self._int_fits()
         self._failures_fit()
         for a, b in self.traffic.pairs:
             if a == b:
@@ -732,6 +756,32 @@ class Scenario(Strict):
             if f.rate is not None and self.switch.classes_on:
                 raise ValueError(f"@{where}.rate: a rate change re-shapes a single-queue port; ports with traffic "
                                  f"classes (switch.traffic_classes / pfc) are not supported")
+
+    @property
+    def fabric_mtu(self) -> int:
+        """The MTU of links between switches: the topology's, plus room for the largest INT stack when INT is on
+        (as fabrics run 9216 under hosts' 9000), unless `telemetry.int.fabric_mtu` says otherwise."""
+        i = self.telemetry.int
+        if not i.enabled:
+            return self.topology.mtu
+        return i.fabric_mtu if i.fabric_mtu is not None else self.topology.mtu + i.room()
+
+    def _int_fits(self) -> None:
+        """INT marks the packets that carry a stack with DSCP bit 0 (value 1): traffic that uses odd DSCPs would
+        be mistaken for it, and a fabric MTU below the hosts' would drop their full-sized packets."""
+        i = self.telemetry.int
+        if not i.enabled:
+            return
+        if i.fabric_mtu is not None and i.fabric_mtu < self.topology.mtu:
+            raise ValueError(f"@telemetry.int.fabric_mtu: {i.fabric_mtu} is below topology.mtu "
+                             f"({self.topology.mtu}): links between switches would drop full-sized packets")
+        odd = sorted({d for t in self.topology.tiers for d in self.switch.qos(t).traffic_classes.dscp if d & 1})
+        if odd:
+            raise ValueError(f"@switch.traffic_classes.dscp: INT marks instrumented packets with DSCP bit 0, so "
+                             f"odd DSCP values ({', '.join(map(str, odd))}) cannot be classified; use even ones")
+        if self.traffic.wire_dscp & 1:
+            raise ValueError(f"@traffic.dscp: INT marks instrumented packets with DSCP bit 0; "
+                             f"{self.traffic.wire_dscp} is odd, use an even DSCP")
 
     def _pfc_does_something(self) -> None:
         """Flow control (PFC or credits) that could never act is a mistake, not a configuration: refuse it with

@@ -63,13 +63,18 @@ def inside_port_namespace(ports, tag: str):
 
 
 @contextlib.contextmanager
-def loaded_datapath(topo, switch_spec, ports, tag: str):
+def loaded_datapath(topo, switch_spec, ports, tag: str, scen: scenario.Scenario | None = None):
     """The switch program loaded for ``topo`` inside :func:`inside_port_namespace` (ports, tag), for a
-    PROG_TEST_RUN module; the module is skipped with BCC's one-line reason if it cannot be built here."""
+    PROG_TEST_RUN module; the module is skipped with BCC's one-line reason if it cannot be built here. With
+    ``scen`` whose INT is on: its port configurations (fabric MTU) and INT settings too."""
     from testbed.datapath import Datapath, DatapathError
+    from testbed.fabric.port import port_configs
+    extra = ()
+    if scen is not None and scen.telemetry.int.enabled:
+        extra = (port_configs(topo, switch_spec, scen.hosts.pfc, scen.fabric_mtu), scen.telemetry.int)
     with inside_port_namespace(ports, tag):
         try:
-            dp = Datapath(topo, switch_spec).load()
+            dp = Datapath(topo, switch_spec, *extra).load()
         except DatapathError as e:
             pytest.skip(str(e))
         try:
@@ -98,7 +103,7 @@ def datapath_fixtures(scenario_dict: dict, tag: str, *, host_ports: bool = False
             pytest.skip("needs root (BPF, namespaces)")
         ports = ([p for ps in topo.ports.values() for p in ps] if host_ports
                  else [p for sw in topo.switches for p in topo.ports[sw]])
-        with loaded_datapath(topo, scen.switch, ports, tag) as dp:
+        with loaded_datapath(topo, scen.switch, ports, tag, scen) as dp:
             yield dp
 
     return scen_, topo_, loaded_

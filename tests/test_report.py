@@ -347,7 +347,8 @@ def test_atomic_write_failure_keeps_old_file(tmp_path):
 
 
 def test_plots_written_and_skipped(tmp_path):
-    names = rp.plots(tmp_path, rp.links_frame(make_links(UNEVEN)), rp.flows_frame(make_flows([0.01, 0.03])))
+    names = rp.plots(tmp_path, rp.links_frame(make_links(UNEVEN)), rp.flows_frame(make_flows([0.01, 0.03])),
+                     rp.int_frame(int_rows()))
     assert set(names) == set(rp.PLOT_FILES.values())
     for n in names:
         assert (tmp_path / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -427,3 +428,34 @@ def test_sweep_table_errors_and_empty(tmp_path):
         rp.sweep_table([tmp_path])
     empty = rp.sweep_table([])
     assert list(empty.columns[:13]) == rp.SUMMARY_COLUMNS and len(empty) == 0
+
+
+def int_rows():
+    """Two paths: a→b with path delays 1, 2, 3, 4 ms (flows 0 and 1), a→c with 10 ms once (flow 2); every report
+    has two hops (hop 1 carries the rest of the delay)."""
+    out = []
+    for n, (path, flow, delay) in enumerate([("a>b", 0, 1e6), ("a>b", 0, 2e6), ("a>b", 1, 3e6), ("a>b", 1, 4e6),
+                                              ("a>c", 2, 10e6)]):
+        for hop in (0, 1):
+            out.append({"time_s": 0.01 * n, "report": n, "flow_id": flow, "path": path, "hop": hop,
+                        "switch": path.split(">")[hop], "ingress_port": "x", "egress_port": "y", "queue_id": 0,
+                        "queue_bytes": 0, "hop_latency_ns": delay / 2, "tx_bytes": 0, "link_rate_bps": 1e9,
+                        "hop_time_s": 0.01 * n, "path_delay_ns": delay, "exceeded": 0, "ip_bytes": 100})
+    return out
+
+
+def test_int_path_delays_are_per_report_not_per_hop(tmp_path):
+    df = rp.int_frame(int_rows())
+    fig = rp.summary.int_figures(df)
+    assert fig["int_reports"] == 5 and fig["int_paths"] == 2
+    assert fig["int_path_delay_p50_ns"] == 3e6                   # median of 1, 2, 3, 4, 10 ms
+    assert fig["int_path_delay_p99_ns"] == pytest.approx(4e6 + 0.96 * 6e6)   # linear between 4 and 10 ms
+    assert fig["int_path_delay_p99_max_ns"] == 10e6              # the worst path's p99 (a→c: one report)
+    paths = rp.frames.int_paths_frame(df).set_index("path")
+    assert paths.loc["a>b", "reports"] == 4 and paths.loc["a>b", "flows"] == 2
+    assert paths.loc["a>b", "delay_p50_ns"] == 2.5e6 and paths.loc["a>b", "delay_max_ns"] == 4e6
+    row = rp.write_run(tmp_path, MANIFEST, make_links(UNEVEN), make_flows([0.01]), CPU, META, int_rows=int_rows())
+    assert row["int_reports"] == 5 and (tmp_path / "int.csv").is_file() and (tmp_path / "int_paths.csv").is_file()
+    assert same(row, rp.report(tmp_path))                        # recomputed from int.csv alone
+    no_int = rp.summary.int_figures(None)
+    assert no_int["int_reports"] == 0 and math.isnan(no_int["int_path_delay_p50_ns"])

@@ -178,3 +178,31 @@ def test_lossless_qdisc_holds_what_every_ingress_may_send():
         topo = topology.build(sc.topology)                   # leaf0: 2 hosts + 2 spines
         c = port_configs(topo, sc.switch)[topo.ports["leaf0"][0].ifindex]
         assert c.queue_limit(3) == want, headroom
+
+
+@pytest.mark.parametrize("doc,msg", [
+    ({"telemetry": {"int": {"enabled": True}}, "traffic": {"dscp": 27}},
+     "traffic.dscp: INT marks instrumented packets with DSCP bit 0; 27 is odd, use an even DSCP"),
+    ({"telemetry": {"int": {"enabled": True}}, "switch": {"traffic_classes": {"dscp": {26: 3, 11: 1}}}},
+     "switch.traffic_classes.dscp: INT marks instrumented packets with DSCP bit 0, so odd DSCP values (11)"),
+    ({"telemetry": {"int": {"enabled": True, "fabric_mtu": 1400}}},
+     "telemetry.int.fabric_mtu: 1400 is below topology.mtu (1500)"),
+    ({"telemetry": {"int": {"enabled": True, "max_hops": 9}}}, "telemetry.int.max_hops"),
+])
+def test_int_settings_that_cannot_work_are_refused(doc, msg):
+    import re
+    with pytest.raises(scenario.ScenarioError, match=re.escape(msg)):
+        scenario.from_dict(doc)
+
+
+def test_int_gives_links_between_switches_room_for_the_stack():
+    from testbed import topology
+    from testbed.fabric.port import port_configs
+    sc = scenario.from_dict({"telemetry": {"int": {"enabled": True, "max_hops": 4}}})
+    assert sc.fabric_mtu == 1500 + 16 + 4 * 32
+    assert scenario.from_dict({}).fabric_mtu == 1500
+    assert scenario.from_dict({"telemetry": {"int": {"enabled": True, "fabric_mtu": 9000}}}).fabric_mtu == 9000
+    t = topology.build(sc.topology)
+    ports = port_configs(t, sc.switch, fabric_mtu=sc.fabric_mtu)
+    assert {c.mtu for c in ports.values() if c.port.role in ("nic", "down")} == {1500}
+    assert {c.mtu for c in ports.values() if c.port.role not in ("nic", "down")} == {1644}

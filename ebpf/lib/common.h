@@ -48,7 +48,9 @@
 #define ftb_htons(x) __builtin_bswap16(x)
 #define ftb_ntohs(x) __builtin_bswap16(x)
 #define ftb_ntohl(x) __builtin_bswap32(x)
+#define ftb_htonl(x) __builtin_bswap32(x)
 #else
+#define ftb_htonl(x) (x)
 #define ftb_htons(x) (x)
 #define ftb_ntohs(x) (x)
 #define ftb_ntohl(x) (x)
@@ -77,6 +79,7 @@ enum {
 };
 
 #define PORT_VALID 1
+#define PORT_EDGE 2               /* the port faces a host (a leaf's down port): where INT starts and ends */
 
 /* Congestion and flow control (lib/qos.h). Queues are per (egress port, priority): index ifindex * N_PRIO + prio. */
 #define N_PRIO 8
@@ -250,7 +253,7 @@ struct pkt {
 /* The forwarding decision handed from one stage (program) to the next by a tail call: the entry program parses
  * and looks up the route, the adaptive stage chooses the port, the forward stage sends. Per CPU: a tail call
  * runs on the same CPU, before anything else can. */
-enum { STAGE_ADAPTIVE = 0, STAGE_FORWARD = 1, STAGE_FAILOVER = 2, N_STAGES = 3 };
+enum { STAGE_ADAPTIVE = 0, STAGE_FORWARD = 1, STAGE_FAILOVER = 2, STAGE_INT = 3, N_STAGES = 4 };
 struct fwd_ctx {
 	struct pkt p;
 	__u32 sw;
@@ -291,8 +294,41 @@ struct flow_key {
 struct flow_state {
 	__u64 last_ns;            /* flowlet: time of the flow's last packet at this switch */
 	__u32 slot;               /* flowlet: current next-hop slot */
-	__u32 pad;
+	__u32 int_seq;            /* INT source: the flow's packets seen (every sample-th is instrumented) */
 	__u64 pkts[MAX_NH];       /* packets sent through each next-hop slot */
+};
+
+/* In-band network telemetry, INT-MD over UDP (lib/int.h; the wire format in docs/int.md). */
+#ifndef INT_MAX_HOPS
+#define INT_MAX_HOPS 8
+#endif
+#define INT_HOP_BYTES 32          /* one hop's record: 8 words */
+#define INT_HDR_BYTES 16          /* shim (4 B) + INT-MD metadata header (12 B) */
+#define INT_DSCP_BIT 0x04         /* TOS bit of DSCP value 1: the packet carries an INT stack */
+
+struct int_config {               /* int_config[0] */
+	__u32 enabled;
+	__u32 sample;             /* instrument every sample-th packet of a flow (1: all) */
+	__u32 max_hops;           /* hop records a stack may hold */
+	__u32 mtu;                /* the largest IP packet links between switches carry (fabric MTU) */
+};
+
+enum { INT_SOURCED = 0, INT_NO_ROOM = 1, INT_TRANSIT = 2, INT_EXCEEDED = 3, INT_EXPORTED = 4, INT_EXPORT_LOST = 5,
+       INT_FAILED = 6, INT_STATS = 7 };
+
+struct int_report {               /* a sink's export (ring buffer int_reports) */
+	__u64 ts;                 /* when the sink saw it, ns (CLOCK_MONOTONIC) */
+	__u32 saddr;              /* network byte order */
+	__u32 daddr;
+	__u16 sport;              /* host byte order */
+	__u16 dport;
+	__u8 proto;
+	__u8 hops;                /* records in stack */
+	__u8 flags;               /* 1: a hop found no room (max_hops exceeded, the E bit) */
+	__u8 pad;
+	__u32 len;                /* the original packet's IP length */
+	__u32 pad2;
+	__u8 stack[INT_MAX_HOPS * INT_HOP_BYTES];   /* hop records as on the wire, newest (the sink's) first */
 };
 
 struct port_stats {               /* per CPU, indexed by ifindex */

@@ -52,4 +52,10 @@ struct credit_agent_stats {
 };
 BPF_ARRAY(credit_stats, struct credit_agent_stats, PORT_SLOTS * N_PRIO);
 
+/* In-band network telemetry (lib/int.h). */
+BPF_ARRAY(int_config, struct int_config, 1);
+BPF_ARRAY(port_tx, __u64, PORT_SLOTS);                  /* bytes each switch port sent (with INT on): hop records */
+BPF_PERCPU_ARRAY(int_stats, __u64, INT_STATS);
+BPF_RINGBUF_OUTPUT(int_reports, 256);                   /* the sinks' exports → telemetry/int.py */
+
 #endif

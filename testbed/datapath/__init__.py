@@ -29,7 +29,8 @@ import time
 from dataclasses import dataclass, field
 
 from . import hashing, kheaders, source
-from ..fabric.port import N_PRIO, PortConfig, port_configs
+from ..fabric.port import HOST_LINK_ROLES, N_PRIO, PortConfig, port_configs
+from ..scenario import INT_MAX_HOPS
 from .bccutil import import_bcc, quiet_stderr
 from .errors import DatapathError
 from . import queue_model
@@ -41,8 +42,8 @@ __all__ = ["Datapath", "DatapathError", "PortCounters", "QueueCounters", "N_PRIO
 PROGRAM = "ftb_switch_ingress"
 NIC_RELEASE = "ftb_nic_release"     # XDP on leaf host ports: releases the sender's socket (see switch.c)
 HOST_PROGRAM = "ftb_host_ingress"
-STAGES = ("ftb_stage_adaptive", "ftb_stage_forward", "ftb_stage_failover")   # tail-call stages, in the order of
-                                                                             # STAGE_* (common.h)
+STAGES = ("ftb_stage_adaptive", "ftb_stage_forward", "ftb_stage_failover",   # tail-call stages, in the order of
+          "ftb_stage_int")                                                    # STAGE_* (common.h)
 CONTROL_PROGRAM = "ftb_ctl"          # user space's atomic changes to the queue model (run with PROG_TEST_RUN)
 MODES = {"ecmp": 0, "flowlet": 1, "spray": 2, "adaptive": 3, "wcmp": 4}
 WCMP_GRANULARITY = {"flow": 0, "flowlet": 1, "packet": 2}
@@ -53,6 +54,8 @@ SPRAY_KINDS = {"random": 0, "round_robin": 1}
 DROP_REASONS = ("not_ipv4", "malformed", "no_route", "empty_group", "ttl", "no_port", "bad_egress", "port_down")
 MIN_MAX_NH = 16
 PORT_VALID = 1
+PORT_EDGE = 2                        # the port faces a host: INT's source and sink (common.h)
+INT_STATS = ("sourced", "no_room", "transit", "exceeded", "exported", "export_lost", "failed")   # INT_* (common.h)
 
 
 @dataclass
@@ -155,11 +158,12 @@ def _first_error(log: str) -> str:
 class Datapath:
     """Compile, load and configure the switch program; read its counters. One object serves every switch."""
 
-    def __init__(self, topo, switch_spec, ports: dict[int, PortConfig] | None = None):
+    def __init__(self, topo, switch_spec, ports: dict[int, PortConfig] | None = None, int_spec=None):
         """``ports``: every port's egress configuration (fabric.port), the same objects the fabric builder used;
-        default: computed from ``switch_spec``."""
+        default: computed from ``switch_spec``. ``int_spec``: the scenario's ``telemetry.int`` (None: off)."""
         self.topo = topo
         self.switch_spec = switch_spec
+        self.int_spec = int_spec if int_spec is not None and int_spec.enabled else None
         self.ports = ports if ports is not None else port_configs(topo, switch_spec)
         self._bpf = None
         self.resyncs = 0                       # queue models reset to the real backlog (sync_queue_models)
@@ -169,6 +173,7 @@ class Datapath:
         self._switch_ports = sorted(p.ifindex for sw in topo.switches for p in topo.ports[sw])
         self._all_ports = sorted(p.ifindex for ps in topo.ports.values() for p in ps)
         self._host_fn = None
+        self._int_consumer = None             # open_int_reports
         # Per switch: FIB rows longest prefix first, for mapping a flow's slots back to ifindexes.
         self._fib_by_switch: dict[str, list[tuple[int, int, tuple[int, ...]]]] = {}
         for e in topo.fib:
@@ -190,6 +195,7 @@ class Datapath:
             "N_SWITCHES": max(1, len(topo.switch_ids)),
             "ACCT_SLOTS": max([1] + [len(topo.ports[sw]) for sw in topo.switches]),
             "WCMP_SLOTS": switch_spec.wcmp.slots,
+            "INT_MAX_HOPS": INT_MAX_HOPS,
             "SWQ_MAX": max([1] + [len(topo.ports[sw]) for sw in topo.switches]) * len(self.priorities()),
             "FIB_SIZE": len(topo.fib) + extra + 16,
             "FLOW_SIZE": min(65536, max(4096, _pow2(2 * hosts * hosts))),
@@ -231,6 +237,7 @@ class Datapath:
                 self._fill_fib()
             self.set_mode(self.switch_spec)
             self._fill_qos()
+            self._fill_int()
         except Exception:
             self.close()
             raise
@@ -277,8 +284,8 @@ class Datapath:
             q = self.qos_for(sw)
             v = cfg_t.Leaf()
             tc = q.traffic_classes
-            for d in range(64):
-                v.dscp_prio[d] = tc.dscp.get(d, tc.default)
+            for d in range(64):          # with INT, DSCP bit 0 marks a stack: d | 1 is classified as d
+                v.dscp_prio[d] = tc.dscp.get(d & ~1 if self.int_spec else d, tc.default)
             v.pfc = 1 if (q.pfc.enabled and tc.lossless) else 0
             v.credit = 1 if (q.credit.enabled and tc.lossless) else 0
             v.lossless = sum(1 << p for p in q.lossless)       # without PFC or credits nothing is lossless
@@ -460,7 +467,7 @@ class Datapath:
             sid = self.topo.switch_ids[sw]
             for p in self.topo.ports[sw]:
                 v = t.Leaf()
-                v.switch_id, v.flags = sid, PORT_VALID
+                v.switch_id, v.flags = sid, PORT_VALID | (PORT_EDGE if p.role == "down" else 0)
                 ct.memmove(v.mac, _mac(p.mac), 6)
                 ct.memmove(v.peer_mac, _mac(p.peer_mac), 6)
                 t[t.Key(p.ifindex)] = v
@@ -497,6 +504,41 @@ class Datapath:
             if switch_spec.load_balancing == "adaptive" and ar.flowlet_timeout is not None:
                 v.flowlet_timeout_ns = int(ar.flowlet_timeout)
             t[t.Key(sid)] = v
+
+    # ---------------------------------------------------------------- in-band telemetry
+
+    def _fill_int(self) -> None:
+        i = self.int_spec
+        if i is None:
+            return
+        t = self._bpf[b"int_config"]
+        v = t.Leaf()
+        v.enabled, v.sample, v.max_hops = 1, i.sample, i.max_hops
+        v.mtu = max([self.topo.spec.mtu] + [c.mtu for c in self.ports.values() if c.port.role not in HOST_LINK_ROLES])
+        t[t.Key(0)] = v
+
+    def int_counters(self) -> dict[str, int]:
+        """What INT did so far (INT_STATS names: packets instrumented at their source, refused for want of room,
+        records pushed in transit, hops past max_hops, reports exported and lost for a full ring buffer, packets
+        the program could not instrument)."""
+        self._need()
+        t = self._bpf[b"int_stats"]
+        return {name: int(sum(t.getvalue(t.Key(i)))) for i, name in enumerate(INT_STATS)}
+
+    def open_int_reports(self, callback) -> None:
+        """Deliver every sink's report (struct int_report bytes) to ``callback(data: bytes)`` from poll_int (a later
+        call replaces the consumer: BCC opens a ring buffer once per program)."""
+        self._need()
+        first = self._int_consumer is None
+        self._int_consumer = callback
+        if first:
+            def cb(_ctx, data, size):
+                self._int_consumer(ct.string_at(data, size))
+            self._int_cb = cb                  # BCC keeps only a weak hold on the callback
+            self._bpf[b"int_reports"].open_ring_buffer(cb)
+
+    def poll_int(self, timeout_ms: int) -> None:
+        self._bpf.ring_buffer_poll(timeout_ms)
 
     def switch_seed(self, switch: str) -> int:
         """The ECMP seed a switch uses (for hashing.ecmp_index)."""

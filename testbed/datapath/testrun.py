@@ -52,7 +52,7 @@ def run(prog_fd: int, packet: bytes, ifindex: int | None = None, repeat: int = 1
     if nr is None:
         raise DatapathError(f"BPF_PROG_TEST_RUN: unknown bpf syscall number on {os.uname().machine}")
     data_in = ct.create_string_buffer(packet, len(packet))
-    data_out = ct.create_string_buffer(len(packet) + 256)
+    data_out = ct.create_string_buffer(len(packet) + 512)      # room for what the program adds (INT stacks)
     attr = _TestAttr(prog_fd=prog_fd, data_size_in=len(packet), data_size_out=len(data_out),
                      data_in=ct.addressof(data_in), data_out=ct.addressof(data_out), repeat=repeat)
     if ifindex is not None:

@@ -97,7 +97,7 @@ class Fabric:
                 a, b = link.a, link.b
                 if b.node not in fds:
                     fds[b.node] = os.open(netns.path(self.ns[b.node]), os.O_RDONLY)
-                batches[a.node].veth(a.ifname, a.ifindex, a.mac, spec.mtu, b.ifname, b.ifindex, b.mac,
+                batches[a.node].veth(a.ifname, a.ifindex, a.mac, self.ports[a.ifindex].mtu, b.ifname, b.ifindex, b.mac,
                                      fds[b.node], gso_max_segs=gso if a.role == "nic" else None)
             self._commit(batches)
         finally:

@@ -21,6 +21,7 @@ from ..topology import TIERS, Port, Topology
 N_PRIO = 8                      # 802.1p priorities
 LOSSY_SLACK = 64 * 1024         # a lossy queue's qdisc holds this much above the buffer the switch program enforces
 LOSSLESS_FACTOR = 4             # a lossless queue's qdisc holds this many buffers (it must never drop first)
+HOST_LINK_ROLES = ("nic", "down")   # the two ends of a host's link (the rest link switches: the fabric MTU)
 MIN_CLASS_RATE = 8000           # bit/s: HTB's guaranteed rate of a class is link rate / classes, at least this
 ETH_HLEN = 14
 
@@ -149,10 +150,13 @@ def nics_have_classes(switch_spec, hosts_pfc: bool) -> bool:
     return switch_spec.classes_on and (hosts_pfc or switch_spec.qos("leaf").credit.enabled)
 
 
-def port_configs(topo: Topology, switch_spec, hosts_pfc: bool = False) -> dict[int, PortConfig]:
+def port_configs(topo: Topology, switch_spec, hosts_pfc: bool = False,
+                 fabric_mtu: int | None = None) -> dict[int, PortConfig]:
     """ifindex → PortConfig of every port of the topology, from the scenario's ``switch`` section (buffers,
     traffic classes, PFC or credits per tier) and ``hosts.pfc`` (host NICs get classes only when they obey flow
-    control: PFC with hosts.pfc, credits always)."""
+    control: PFC with hosts.pfc, credits always). ``fabric_mtu``: the MTU of links between switches
+    (Scenario.fabric_mtu: room for INT stacks); host links keep the topology's."""
+    fabric_mtu = fabric_mtu or topo.spec.mtu
     classes_on = switch_spec.classes_on
     switch_prios = tuple(sorted({p for t in topo.tiers for p in switch_spec.qos(t).priorities()}))
     out = {}
@@ -175,7 +179,8 @@ def port_configs(topo: Topology, switch_spec, hosts_pfc: bool = False) -> dict[i
                     pool = q.shared_buffer.size - len(ports) * len(q.lossless) * q.headroom
                     buffer = q.shared_buffer.size
                     ingress = pool + q.headroom if ingress else 0
-            out[p.ifindex] = PortConfig(port=p, mtu=topo.spec.mtu, buffer_bytes=buffer, classes=classes,
+            mtu = topo.spec.mtu if p.role in HOST_LINK_ROLES else fabric_mtu
+            out[p.ifindex] = PortConfig(port=p, mtu=mtu, buffer_bytes=buffer, classes=classes,
                                         default_prio=tc.default, lossless=tuple(q.lossless),
                                         flow_control=q.flow_control, ingress_buffer=ingress,
                                         switch_ports=len(ports), shared_pool=pool)

@@ -19,10 +19,11 @@ import numpy as np
 import pandas as pd
 
 from .columns import (COLLECTIVE_COLUMNS, COLLECTIVES_CSV, FAILURE_COLUMNS, FAILURES_CSV, FLOW_COLUMNS, FLOWS_CSV,
-                      LINK_COLUMNS, LINKS_CSV, MANIFEST, MANIFEST_INPUTS, META_KEYS, PLOT_FILES, RESULT_FILES,
+                      INT_CSV, INT_PATHS_CSV, LINK_COLUMNS, LINKS_CSV, MANIFEST, MANIFEST_INPUTS, META_KEYS, PLOT_FILES, RESULT_FILES,
                       SM_COLUMNS, SM_CSV, SUMMARY_COLUMNS, SUMMARY_CSV, SUMMARY_EXTRA_COLUMNS, SWEEP_CSV, SWEEP_PNG)
 from .files import ReportError, atomic_write, read_csv, read_manifest, write_csv, write_json
-from .frames import collectives_frame, failures_frame, flows_frame, links_frame, ordered, sm_frame
+from .frames import (collectives_frame, failures_frame, flows_frame, int_frame, int_paths_frame, links_frame, ordered,
+                     sm_frame)
 from .plots import _figure, _save, plots
 from .summary import _num, summarize
 
@@ -44,7 +45,8 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
               flows: Iterable[Mapping[str, Any]], cpu: Mapping[str, Any] | None,
               meta: Mapping[str, Any], collectives: Iterable[Mapping[str, Any]] | None = None,
               failures: Iterable[Mapping[str, Any]] | None = None,
-              sm: Iterable[Mapping[str, Any]] | None = None) -> dict:
+              sm: Iterable[Mapping[str, Any]] | None = None,
+              int_rows: Iterable[Mapping[str, Any]] | None = None) -> dict:
     """Write a run's result directory (created if needed) and return its summary row.
 
     Order: links.csv, flows.csv, [collectives.csv, failures.csv, sm.csv], summary.csv, plots, then manifest.json
@@ -67,9 +69,14 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
         write_csv(outdir / FAILURES_CSV, fail_df)
     if sm is not None:
         write_csv(outdir / SM_CSV, sm_frame(sm))
-    row = summarize(links_df, flows_df, cpu, meta, coll_df, fail_df)
+    int_df = None
+    if int_rows is not None:
+        int_df = int_frame(int_rows)
+        write_csv(outdir / INT_CSV, int_df)
+        write_csv(outdir / INT_PATHS_CSV, int_paths_frame(int_df))
+    row = summarize(links_df, flows_df, cpu, meta, coll_df, fail_df, int_df)
     write_csv(outdir / SUMMARY_CSV, _summary_frame(row))
-    plots(outdir, links_df, flows_df)
+    plots(outdir, links_df, flows_df, int_df)
     m = dict(manifest or {})
     m[MANIFEST_INPUTS] = {"meta": dict(meta or {}), "cpu": dict(cpu or {})}
     m["files"] = sorted(set(_present(outdir)) | {MANIFEST})
@@ -120,9 +127,12 @@ def report(outdir: str | os.PathLike) -> dict:
     d, manifest, links_df, flows_df, meta, cpu = _load(outdir)
     coll_df = collectives_frame(read_csv(d / COLLECTIVES_CSV)) if (d / COLLECTIVES_CSV).is_file() else None
     fail_df = failures_frame(read_csv(d / FAILURES_CSV)) if (d / FAILURES_CSV).is_file() else None
-    row = summarize(links_df, flows_df, cpu, meta, coll_df, fail_df)
+    int_df = int_frame(read_csv(d / INT_CSV)) if (d / INT_CSV).is_file() else None
+    row = summarize(links_df, flows_df, cpu, meta, coll_df, fail_df, int_df)
     write_csv(d / SUMMARY_CSV, _summary_frame(row))
-    plots(d, links_df, flows_df)
+    if int_df is not None:
+        write_csv(d / INT_PATHS_CSV, int_paths_frame(int_df))
+    plots(d, links_df, flows_df, int_df)
     if manifest is not None:
         manifest["files"] = sorted(set(_present(d)) | {MANIFEST})
         write_json(d / MANIFEST, manifest)

@@ -28,7 +28,8 @@ SUMMARY_EXTRA_COLUMNS = ["flows", "flows_completed", "fct_mean_ms", "fct_max_ms"
                          "backlogged_samples",
                          "starved_samples", "starved_share", "failed", "failure_lost_packets", "reroute_ms_max",
                          "credit_stalls", "credit_stall_s_total", "switch_buffer_peak_bytes",
-                         "switch_buffer_peak_frac", "profile"]
+                         "switch_buffer_peak_frac", "profile", "int_reports", "int_paths",
+                         "int_path_delay_p50_ns", "int_path_delay_p99_ns", "int_path_delay_p99_max_ns"]
 #: collectives.csv (runs with collective jobs): one row per job iteration.
 COLLECTIVE_COLUMNS = ["job", "iteration", "op", "bytes", "start_s", "end_s", "jct_ms"]
 #: failures.csv (runs with `failures`): one row per scheduled event.
@@ -37,6 +38,13 @@ FAILURE_COLUMNS = ["event", "time_s", "at_s", "kind", "target", "change", "detec
 #: sm.csv (runs with switch.routing: sm): one row per sweep that changed the tables (and the initial one).
 SM_COLUMNS = ["sweep", "time_s", "kind", "ports", "detect_s", "compute_s", "entries", "install_s", "held_s",
               "switches"]
+
+#: int.csv (runs with telemetry.int): one row per hop of every INT report a sink exported.
+INT_COLUMNS = ["time_s", "report", "flow_id", "path", "hop", "switch", "ingress_port", "egress_port", "queue_id",
+               "queue_bytes", "hop_latency_ns", "tx_bytes", "link_rate_bps", "hop_time_s", "path_delay_ns",
+               "exceeded", "ip_bytes"]
+#: int_paths.csv: one row per path (switch list) the reports took.
+INT_PATH_COLUMNS = ["path", "reports", "flows", "delay_p50_ns", "delay_p99_ns", "delay_mean_ns", "delay_max_ns"]
 
 META_KEYS = SUMMARY_COLUMNS[:6]
 
@@ -47,11 +55,14 @@ SUMMARY_CSV = "summary.csv"
 COLLECTIVES_CSV = "collectives.csv"
 FAILURES_CSV = "failures.csv"
 SM_CSV = "sm.csv"
+INT_CSV = "int.csv"
+INT_PATHS_CSV = "int_paths.csv"
 SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
 #: plot name → file name.
-PLOT_FILES = {"uplink_util": "uplink_util.png", "uplink_bytes": "uplink_bytes.png", "fct_cdf": "fct_cdf.png"}
-RESULT_FILES = [MANIFEST, LINKS_CSV, FLOWS_CSV, SUMMARY_CSV, COLLECTIVES_CSV, FAILURES_CSV, SM_CSV,
+PLOT_FILES = {"uplink_util": "uplink_util.png", "uplink_bytes": "uplink_bytes.png", "fct_cdf": "fct_cdf.png",
+              "int_path_delay": "int_path_delay.png"}
+RESULT_FILES = [MANIFEST, LINKS_CSV, FLOWS_CSV, SUMMARY_CSV, COLLECTIVES_CSV, FAILURES_CSV, SM_CSV, INT_CSV, INT_PATHS_CSV,
                 *PLOT_FILES.values()]
 #: manifest key under which write_run stores the summary inputs, so `report` can recompute the same row.
 MANIFEST_INPUTS = "report_inputs"

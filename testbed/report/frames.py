@@ -9,8 +9,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .columns import (COLLECTIVE_COLUMNS, FAILURE_COLUMNS, FLOW_COLUMNS, LINK_COLUMNS, LINK_KNOWN_EXTRA,
-                      LINK_QOS_COLUMNS, SM_COLUMNS)
+from .columns import (COLLECTIVE_COLUMNS, FAILURE_COLUMNS, FLOW_COLUMNS, INT_COLUMNS, INT_PATH_COLUMNS, LINK_COLUMNS,
+                      LINK_KNOWN_EXTRA, LINK_QOS_COLUMNS, SM_COLUMNS)
 
 _LINK_NUMERIC = ["time_s", "bytes", "packets", "util", "rate_bps", "interval_s"]
 _FLOW_NUMERIC = ["sport", "dport", "bytes", "start_s", "end_s", "fct_s", "goodput_mbps", "paths_used"]
@@ -81,3 +81,23 @@ def sm_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
     df = _with_columns(df, SM_COLUMNS, "sm")
     df = _coerce(df, ["sweep", "time_s", "detect_s", "compute_s", "entries", "install_s", "held_s", "switches"])
     return ordered(df, SM_COLUMNS)
+
+
+def int_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    df = pd.DataFrame(list(rows)) if not isinstance(rows, pd.DataFrame) else rows.copy()
+    df = _with_columns(df, INT_COLUMNS, "int")
+    df = _coerce(df, ["time_s", "report", "flow_id", "hop", "queue_id", "queue_bytes", "hop_latency_ns", "tx_bytes",
+                      "link_rate_bps", "hop_time_s", "path_delay_ns", "exceeded", "ip_bytes"])
+    return ordered(df, INT_COLUMNS)
+
+
+def int_paths_frame(int_df: pd.DataFrame) -> pd.DataFrame:
+    """int_paths.csv from int.csv: per path, its reports' path delays (the sum of their hop latencies)."""
+    per = int_df.drop_duplicates("report")[["report", "path", "flow_id", "path_delay_ns"]] if len(int_df) else None
+    if per is None or not len(per):
+        return pd.DataFrame(columns=INT_PATH_COLUMNS)
+    g = per.groupby("path", sort=True)
+    d = g["path_delay_ns"]
+    out = pd.DataFrame({"reports": g.size(), "flows": g["flow_id"].nunique(), "delay_p50_ns": d.quantile(0.5),
+                        "delay_p99_ns": d.quantile(0.99), "delay_mean_ns": d.mean(), "delay_max_ns": d.max()})
+    return ordered(out.reset_index(), INT_PATH_COLUMNS)

@@ -31,7 +31,8 @@ def _save(fig, path: Path) -> Path:
                          binary=True)
 
 
-def plots(outdir: str | os.PathLike, links_df: pd.DataFrame, flows_df: pd.DataFrame) -> list[str]:
+def plots(outdir: str | os.PathLike, links_df: pd.DataFrame, flows_df: pd.DataFrame,
+          int_df: pd.DataFrame | None = None) -> list[str]:
     """Write the PNG plots that have data; returns the file names written (skipped plots are absent)."""
     outdir = Path(outdir)
     links_df = links_frame(links_df if links_df is not None else [])
@@ -103,4 +104,24 @@ def plots(outdir: str | os.PathLike, links_df: pd.DataFrame, flows_df: pd.DataFr
         ax.legend(fontsize="small", loc="lower right")
         _save(fig, outdir / PLOT_FILES["fct_cdf"])
         written.append(PLOT_FILES["fct_cdf"])
+
+    # (4) INT: each path's delay over time (median per 10 ms of its reports' path delays)
+    if int_df is not None and len(int_df):
+        per = int_df.drop_duplicates("report")
+        fig = _figure()
+        ax = fig.add_subplot()
+        paths = list(per.groupby("path", sort=True))
+        for path, g in paths[:16]:
+            b = (g["time_s"].astype(float) / 0.01).round() * 0.01
+            m = g.groupby(b)["path_delay_ns"].median() / 1e3
+            ax.plot(m.index, m.to_numpy(), lw=1.1, marker="." if len(m) < 40 else None, label=path)
+        ax.set_title(f"INT path delay over time (median per 10 ms; {len(paths)} paths"
+                     + (", first 16 shown)" if len(paths) > 16 else ")"))
+        ax.set_xlabel("time since run start (s)")
+        ax.set_ylabel("path delay: sum of hop latencies (µs)")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        _save(fig, outdir / PLOT_FILES["int_path_delay"])
+        written.append(PLOT_FILES["int_path_delay"])
     return written

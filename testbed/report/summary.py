@@ -192,9 +192,24 @@ def failure_figures(failures_df: pd.DataFrame | None) -> tuple[Any, Any]:
     return (_num(lost.sum()) if len(lost) else math.nan, float(rer.max() * 1e3) if len(rer) else math.nan)
 
 
+def int_figures(int_df: pd.DataFrame | None) -> dict:
+    """The summary's INT columns: reports, distinct paths, path delay p50/p99 over all reports, and the p99 of
+    the worst path (NaN without INT reports)."""
+    out = {"int_reports": 0, "int_paths": 0, "int_path_delay_p50_ns": math.nan, "int_path_delay_p99_ns": math.nan,
+           "int_path_delay_p99_max_ns": math.nan}
+    if int_df is None or not len(int_df):
+        return out
+    per = int_df.drop_duplicates("report")
+    d = pd.to_numeric(per["path_delay_ns"], errors="coerce").dropna()
+    out.update(int_reports=int(len(per)), int_paths=int(per["path"].nunique()),
+               int_path_delay_p50_ns=_quantile(d, 0.5), int_path_delay_p99_ns=_quantile(d, 0.99),
+               int_path_delay_p99_max_ns=float(per.groupby("path")["path_delay_ns"].quantile(0.99).max()))
+    return out
+
+
 def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, Any] | None,
               meta: Mapping[str, Any], collectives_df: pd.DataFrame | None = None,
-              failures_df: pd.DataFrame | None = None) -> dict:
+              failures_df: pd.DataFrame | None = None, int_df: pd.DataFrame | None = None) -> dict:
     """The one summary row (see results/README.md for every definition). Plain Python values, NaN if undefined."""
     cpu, meta = dict(cpu or {}), dict(meta or {})
     links_df = links_frame(links_df if links_df is not None else [])
@@ -266,6 +281,7 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     row["switch_buffer_peak_bytes"] = _links_max(links_df, "switch_buffer_peak_bytes")
     row["switch_buffer_peak_frac"] = float(_links_max(links_df, "switch_buffer_peak_frac"))
     row["profile"] = meta.get("profile")          # scenario `profile` (infiniband, rocev2); empty without one
+    row.update(int_figures(int_df))
     for k, v in meta.items():  # extra scalar metadata (e.g. topology name) after the contract columns
         if k not in row and (v is None or isinstance(v, (str, int, float, bool, np.generic))):
             row[k] = _num(v)

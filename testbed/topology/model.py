@@ -51,7 +51,7 @@ class Port:
     rail: int
     address: str | None = None   # hosts only: the NIC's /32
     delay_ns: int = 0            # propagation delay of the link leaving this port (netem under the shaper)
-    weight: int = 1              # topology.links weight (for a later WCMP; not used by the datapath yet)
+    weight: int = 1              # topology.links weight (WCMP's static weights)
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Link:
     tier: str              # "host" | "fabric"
     rate_bps: int
     buffer_bytes: int
-    weight: int = 1        # topology.links weight, also on both ports (unused until WCMP)
+    weight: int = 1        # topology.links weight, also on both ports (WCMP)
 
 
 @dataclass(frozen=True)

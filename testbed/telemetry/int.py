@@ -1,0 +1,135 @@
+"""In-band network telemetry reports: the sinks' exports (ring buffer ``int_reports``) → int.csv and int_paths.csv.
+
+The switch program's sink (ebpf/lib/int.h) exports each instrumented packet's stack — every switch's hop record
+— as a ``struct int_report``; ``IntCollector`` keeps the raw bytes while the run goes (a few µs per report) and
+decodes them afterwards. The wire format and every column are defined in docs/int.md and results/README.md.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+from ..errors import HelperFailed
+
+REPORT = struct.Struct("<Q4s4sHHBBBBII")        # struct int_report up to its stack (common.h)
+HOP = struct.Struct(">IHHIIQII")                 # one hop record, big-endian as on the wire (docs/int.md)
+FLAG_EXCEEDED = 1
+
+
+class IntFailed(HelperFailed):
+    """The INT reader thread died; one line naming it and the cause."""
+
+
+@dataclass(frozen=True)
+class Hop:
+    switch_id: int
+    ingress: int             # ifindex
+    egress: int
+    latency_ns: int          # the wait for the egress queue + the packet's serialisation
+    queue_id: int            # the priority whose queue it joined
+    queue_bytes: int         # that queue's depth when it arrived
+    ts_ns: int               # when the switch handled it (CLOCK_MONOTONIC)
+    tx_bytes: int            # the egress port's sent bytes, low 32 bits
+    rate_kbps: int           # the egress link's rate
+
+
+@dataclass(frozen=True)
+class Report:
+    ts_ns: int
+    saddr: str
+    daddr: str
+    sport: int
+    dport: int
+    proto: int
+    exceeded: bool           # a hop found no room (max_hops): the path is longer than the stack
+    length: int              # the original packet's IP length
+    hops: tuple[Hop, ...]    # in path order: the source leaf first, the sink last
+
+    @property
+    def delay_ns(self) -> int:
+        """The path's delay: the sum of its hops' latencies (propagation delay of links not included)."""
+        return sum(h.latency_ns for h in self.hops)
+
+
+def decode(data: bytes) -> Report:
+    """One ``struct int_report`` → Report (hops reversed from the wire's newest-first into path order)."""
+    ts, sa, da, sport, dport, proto, n, flags, _pad, length, _pad2 = REPORT.unpack_from(data)
+    hops = []
+    for i in range(n):
+        sw, ing, eg, lat, q, tsn, tx, rate = HOP.unpack_from(data, REPORT.size + i * HOP.size)
+        hops.append(Hop(sw, ing, eg, lat, q >> 24, q & 0xFFFFFF, tsn, tx, rate))
+    return Report(ts, socket.inet_ntoa(sa), socket.inet_ntoa(da), sport, dport, proto, bool(flags & FLAG_EXCEEDED),
+                  length, tuple(reversed(hops)))
+
+
+class IntCollector:
+    """Background thread: reads the sinks' reports while the run goes; ``rows``/``path_rows`` decode them."""
+
+    def __init__(self, datapath, origin: float, poll_ms: int = 20):
+        self.dp, self.origin, self.poll_ms = datapath, origin, poll_ms
+        self.raw: list[bytes] = []
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="int-reports", daemon=True)
+        # the reports' CLOCK_MONOTONIC → the run's clock (seconds since origin)
+        self._mono0, self._wall0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC), time.time()
+
+    def start(self) -> None:
+        self.dp.open_int_reports(self.raw.append)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self.error is None:
+            self.dp.poll_int(0)               # what the sinks exported before the end
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise IntFailed(self.error)
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.dp.poll_int(self.poll_ms)
+        except Exception as e:                 # noqa: BLE001 — kept and reported by check() / the run
+            self.error = f"INT report reader failed at {time.time() - self.origin:.2f} s: {type(e).__name__}: {e}"
+
+    def time_s(self, mono_ns: int) -> float:
+        return (mono_ns - self._mono0) / 1e9 + (self._wall0 - self.origin)
+
+    def reports(self) -> list[Report]:
+        return [decode(b) for b in self.raw]
+
+    def rows(self, topo, flows) -> list[dict]:
+        """int.csv: one row per hop of every report (results/README.md)."""
+        names = {i: n for n, i in topo.switch_ids.items()}
+        ifname = {p.ifindex: p.ifname for ps in topo.ports.values() for p in ps}
+        fid = flow_ids(flows)
+        out = []
+        for n, r in enumerate(self.reports()):
+            path = ">".join(names.get(h.switch_id, str(h.switch_id)) for h in r.hops)
+            t, delay = round(self.time_s(r.ts_ns), 6), r.delay_ns
+            flow = fid.get((r.saddr, r.daddr, r.sport, r.dport, r.proto))
+            for i, h in enumerate(r.hops):
+                out.append({"time_s": t, "report": n, "flow_id": flow, "path": path, "hop": i,
+                            "switch": names.get(h.switch_id, str(h.switch_id)),
+                            "ingress_port": ifname.get(h.ingress, str(h.ingress)),
+                            "egress_port": ifname.get(h.egress, str(h.egress)), "queue_id": h.queue_id,
+                            "queue_bytes": h.queue_bytes, "hop_latency_ns": h.latency_ns, "tx_bytes": h.tx_bytes,
+                            "link_rate_bps": h.rate_kbps * 1000, "hop_time_s": round(self.time_s(h.ts_ns), 6),
+                            "path_delay_ns": delay, "exceeded": int(r.exceeded), "ip_bytes": r.length})
+        return out
+
+
+def flow_ids(flows) -> dict[tuple, int]:
+    """(saddr, daddr, sport, dport, IP protocol) → flow_id, for every 5-tuple a flow sends with."""
+    out = {}
+    for f in flows:
+        for sport in f.source_ports():
+            out[(f.src_addr, f.dst_addr, sport, f.dport, f.ip_proto)] = f.flow_id
+    return out
