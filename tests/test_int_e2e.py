@@ -14,12 +14,11 @@ import pytest
 from testbed import runner, scenario, workloads
 from testbed.fabric import netns
 
-from conftest import make_scenario
+from conftest import ROOT, make_scenario
 
 pytestmark = pytest.mark.e2e
 
 HOST = {"rate": "20mbit", "buffer": "64KB"}
-FABRIC = {"rate": "100mbit", "buffer": "256KB"}
 
 
 def _csv(path) -> list[dict]:
@@ -28,12 +27,9 @@ def _csv(path) -> list[dict]:
 
 
 def test_int_sees_the_congested_port_full_and_the_others_empty(tmp_path):
-    doc = {"name": "int-incast", "duration": "2s",
-           "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 3, "host_link": HOST, "fabric_link": FABRIC},
-           "traffic": {"engine": "udp", "pattern": "incast", "incast": {"receiver": "h3",
-                                                                       "senders": ["h0", "h1", "h2"]}},
-           "telemetry": {"int": {"enabled": True, "sample": 4}}}
-    d, row = runner.run(scenario.from_dict(doc), tmp_path / "run")
+    """scenarios/int-incast.yaml: h0, h1, h2 (leaf0) → h3 (leaf1), 20 Mbit/s host links with 64 KB buffers,
+    100 Mbit/s fabric links, every 4th packet instrumented."""
+    d, row = runner.run(scenario.load(ROOT / "scenarios" / "int-incast.yaml"), tmp_path / "run")
     rows = _csv(d / "int.csv")
     m = json.loads((d / "manifest.json").read_text())
     start = min(float(r["time_s"]) for r in rows)
