@@ -93,18 +93,23 @@ int ftb_switch_ingress(struct __sk_buff *skb)
 		return drop(in, DROP_EMPTY_GROUP);
 
 	cfg = sw_config.lookup(&ingress->switch_id);
-	if (cfg && cfg->mode == MODE_ADAPTIVE && group->n > 1) {
-		/* adaptive routing reads queue state of every candidate: a stage of its own (verifier complexity) */
-		ctx = fwd_scratch.lookup(&zero);
-		if (!ctx)
-			return drop(in, DROP_BAD_EGRESS);
-		ctx->p = p;
-		ctx->sw = ingress->switch_id;
-		ctx->in = in;
-		stages.call(skb, STAGE_ADAPTIVE);
-		return drop(in, DROP_BAD_EGRESS);             /* the stage is missing */
+	if (cfg && (cfg->mode == MODE_ADAPTIVE || cfg->mode == MODE_DLB) && group->n > 1) {
+		/* adaptive routing and DLB read the state of every candidate: a stage of its own (verifier
+		 * complexity) — except for a packet inside a flowlet, which keeps its port and is sent from here */
+		slot = ar_kept_slot(cfg, ingress->switch_id, group, &p, &fs);
+		if (slot >= MAX_NH) {
+			ctx = fwd_scratch.lookup(&zero);
+			if (!ctx)
+				return drop(in, DROP_BAD_EGRESS);
+			ctx->p = p;
+			ctx->sw = ingress->switch_id;
+			ctx->in = in;
+			stages.call(skb, STAGE_ADAPTIVE);
+			return drop(in, DROP_BAD_EGRESS);     /* the stage is missing */
+		}
+	} else {
+		slot = lb_choose(ingress->switch_id, group, &p, &fs);
 	}
-	slot = lb_choose(ingress->switch_id, group, &p, &fs);
 	ftb_opaque(slot);
 	if (slot >= MAX_NH)
 		return drop(in, DROP_BAD_EGRESS);
@@ -161,7 +166,8 @@ int ftb_stage_failover(struct __sk_buff *skb)
 	return drop(ctx->in, DROP_BAD_EGRESS);
 }
 
-/* Stage: adaptive routing chooses the least loaded allowed port (lib/adaptive.h), then hands over to STAGE_FORWARD. */
+/* Stage: adaptive routing chooses the least loaded allowed port, DLB a port of the best quality band at a
+ * flowlet's start (lib/adaptive.h), then hands over to STAGE_FORWARD. */
 int ftb_stage_adaptive(struct __sk_buff *skb)
 {
 	__u32 zero = 0;

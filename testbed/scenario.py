@@ -369,6 +369,26 @@ class WcmpSpec(Strict):
         return self
 
 
+class DlbSpec(Strict):
+    """Dynamic load balancing (``load_balancing: dlb``, Broadcom style): every egress port has a quality band
+    0 (best) .. bands − 1 from its quantised recent load (a fraction of `load_window`) and its quantised queue
+    depth (drain time as a fraction of its buffer's), combined as a mean weighted by `load_weight` and
+    `queue_weight`; a flow idle longer than `inactivity` starts a new flowlet on a port of the best band, and
+    keeps that port while its gaps stay shorter (unless the port loses its link)."""
+    inactivity: Time = units.time_ns("100us")
+    load_weight: int = Field(1, ge=0, le=1000)
+    queue_weight: int = Field(1, ge=0, le=1000)
+    bands: int = Field(8, ge=2, le=16)
+    load_window: Annotated[int, *_unit(units.time_ns), Field(gt=0)] = units.time_ns("20ms")   # the load's memory
+
+    @model_validator(mode="after")
+    def _weights(self):
+        if self.load_weight == 0 and self.queue_weight == 0:
+            raise ValueError("load_weight and queue_weight are both 0: nothing ranks the ports "
+                             "(give one a weight ≥ 1)")
+        return self
+
+
 class SmSpec(Strict):
     """Subnet-manager routing (``switch.routing: sm``): the routing engine and how often the SM sweeps the
     fabric's link state (testbed/control/routing.py)."""
@@ -378,7 +398,7 @@ class SmSpec(Strict):
 
 
 class SwitchSpec(Strict):
-    load_balancing: Literal["ecmp", "flowlet", "spray", "adaptive", "wcmp"] = "ecmp"
+    load_balancing: Literal["ecmp", "flowlet", "spray", "adaptive", "wcmp", "dlb"] = "ecmp"
     # distributed: every switch's own ECMP groups (topology FIB), local fast failover, routes recomputed when a
     # link changes; sm: a subnet manager computes per-destination tables (switch.sm) and sweeps link state
     routing: Literal["distributed", "sm"] = "distributed"
@@ -387,6 +407,7 @@ class SwitchSpec(Strict):
     spray: Literal["random", "round_robin"] = "random"
     adaptive: AdaptiveSpec = AdaptiveSpec()
     wcmp: WcmpSpec = WcmpSpec()
+    dlb: DlbSpec = DlbSpec()
     hash_seed: int = Field(1, ge=0, lt=2**32)
     buffer: Optional[Size] = None
     traffic_classes: TrafficClassSpec = TrafficClassSpec()

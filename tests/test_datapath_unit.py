@@ -397,7 +397,7 @@ def downed(dp):
         dp.set_port_down(p.ifindex, False)
 
 
-@pytest.mark.parametrize("mode", ["ecmp", "flowlet", "spray", "adaptive"])
+@pytest.mark.parametrize("mode", ["ecmp", "flowlet", "spray", "adaptive", "dlb"])
 def test_a_port_that_lost_its_link_is_never_chosen(dp, topo, downed, mode):
     dp.set_mode(spec(load_balancing=mode))
     port = host_port(topo, "h0")

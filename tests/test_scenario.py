@@ -164,6 +164,25 @@ def test_wcmp_keys_and_unimplemented_sources_are_refused_in_one_line():
             scenario.from_dict({"switch": {"load_balancing": "wcmp", "wcmp": bad}})
 
 
+def test_dlb_keys_and_nonsense_are_refused_in_one_line():
+    sc = scenario.from_dict({"switch": {"load_balancing": "dlb"}})
+    d = sc.switch.dlb
+    assert (d.inactivity, d.load_weight, d.queue_weight, d.bands) == (100_000, 1, 1, 8)
+    sc = scenario.from_dict({"switch": {"load_balancing": "dlb", "dlb": {"inactivity": "2ms", "load_weight": 0,
+                                                                          "bands": 16}}})
+    assert (sc.switch.dlb.inactivity, sc.switch.dlb.load_weight, sc.switch.dlb.bands) == (2_000_000, 0, 16)
+    assert sc.switch.sm_multipath                       # under SM routing DLB gets every allowed port
+    for bad, msg in [({"load_weight": 0, "queue_weight": 0}, "^switch.dlb: load_weight and queue_weight are both 0"),
+                     ({"bands": 1}, "^switch.dlb.bands: must be ≥ 2, got 1$"),
+                     ({"bands": 17}, "^switch.dlb.bands: must be ≤ 16, got 17$"),
+                     ({"queue_weight": -1}, "^switch.dlb.queue_weight: must be ≥ 0"),
+                     ({"inactivity": "soon"}, "^switch.dlb.inactivity: expected a time"),
+                     ({"granularity": "packet"}, "^switch.dlb.granularity: unknown key")]:
+        with pytest.raises(scenario.ScenarioError, match=msg) as e:
+            scenario.from_dict({"switch": {"load_balancing": "dlb", "dlb": bad}})
+        assert "\n" not in str(e.value)
+
+
 def test_lossless_qdisc_holds_what_every_ingress_may_send():
     """Under PFC each ingress may hold xoff + headroom in the switch; a lossless queue's qdisc must hold that from
     every port of its switch (else it drops what PFC allowed: 128–579 packets with 512 KB of headroom), and at

@@ -57,7 +57,7 @@
 #endif
 
 /* Load-balancing modes (sw_config.mode) and spray kinds (sw_config.spray). */
-enum { MODE_ECMP = 0, MODE_FLOWLET = 1, MODE_SPRAY = 2, MODE_ADAPTIVE = 3, MODE_WCMP = 4 };
+enum { MODE_ECMP = 0, MODE_FLOWLET = 1, MODE_SPRAY = 2, MODE_ADAPTIVE = 3, MODE_WCMP = 4, MODE_DLB = 5 };
 /* WCMP (MODE_WCMP): which packets share a choice of slot (sw_config.wcmp_granularity). */
 enum { WCMP_FLOW = 0, WCMP_FLOWLET = 1, WCMP_PACKET = 2 };
 enum { SPRAY_RANDOM = 0, SPRAY_ROUND_ROBIN = 1 };
@@ -237,6 +237,12 @@ struct sw_config {                /* sw_config[switch_id] */
 	__u64 load_window_ns;     /* the load metric: bytes a port sent over about this long */
 	__u32 wcmp_granularity;   /* WCMP_FLOW | WCMP_FLOWLET | WCMP_PACKET */
 	__u32 pad;
+	/* DLB (MODE_DLB: the adaptive stage with a quality-band cost, lib/adaptive.h dlb_band; the loader sets
+	 * ar_granularity = AR_FLOWLET, flowlet_timeout_ns = the inactivity, load_window_ns = dlb.load_window) */
+	__u32 dlb_bands;          /* quality bands 0 .. dlb_bands − 1 (0 best), 2..16 */
+	__u32 dlb_load_weight;    /* weight of the quantised load in the band (weighted mean with the queue's) */
+	__u32 dlb_queue_weight;   /* weight of the quantised queue depth; not both 0 */
+	__u32 dlb_pad;
 };
 
 /* A parsed packet: what forwarding and load balancing need (lib/parse.h fills it). */

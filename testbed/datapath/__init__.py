@@ -7,10 +7,11 @@ of maps serve all switches: the port map tells which switch a packet arrived at.
 
 Maps (names as in ebpf/lib/maps.h): ``ports`` (array by ifindex → switch id, MACs), ``fib`` (LPM trie keyed by
 switch id + IPv4 destination → next-hop group), ``sw_config`` (array by switch id → mode, seed, flowlet
-timeout, spray kind), ``rr_next`` (round-robin counters), ``flows`` (LRU by switch + 5-tuple → flowlet state and
-packets per next-hop slot), ``port_stats`` (per-CPU array by ifindex), ``drop_reason_counts`` (per-CPU array),
-``port_down`` (by ifindex: 1 when the port lost its link; every egress choice skips it). With ``switch.routing:
-sm`` the FIB starts empty: the subnet manager (control/routing.py) writes a /32 per destination host.
+timeout, spray kind, adaptive and DLB parameters), ``rr_next`` (round-robin counters), ``flows`` (LRU by
+switch + 5-tuple → flowlet state and packets per next-hop slot), ``port_stats`` (per-CPU array by ifindex),
+``drop_reason_counts`` (per-CPU array), ``port_down`` (by ifindex: 1 when the port lost its link; every egress
+choice skips it). With ``switch.routing: sm`` the FIB starts empty: the subnet manager (control/routing.py)
+writes a /32 per destination host.
 Congestion and flow control (ebpf/lib/qos.h; read from user space through queue_model.py): ``qos_config`` (per
 switch: DSCP → priority, lossless and ECN curves, Xoff), ``port_qos`` (per port: drain rate, buffer, limits),
 ``vq`` (per (port, priority): the queue model, under a spin lock), ``egress_paused`` (when a paused queue
@@ -45,7 +46,7 @@ HOST_PROGRAM = "ftb_host_ingress"
 STAGES = ("ftb_stage_adaptive", "ftb_stage_forward", "ftb_stage_failover",   # tail-call stages, in the order of
           "ftb_stage_int")                                                    # STAGE_* (common.h)
 CONTROL_PROGRAM = "ftb_ctl"          # user space's atomic changes to the queue model (run with PROG_TEST_RUN)
-MODES = {"ecmp": 0, "flowlet": 1, "spray": 2, "adaptive": 3, "wcmp": 4}
+MODES = {"ecmp": 0, "flowlet": 1, "spray": 2, "adaptive": 3, "wcmp": 4, "dlb": 5}
 WCMP_GRANULARITY = {"flow": 0, "flowlet": 1, "packet": 2}
 AR_METRICS = {"queue": 0, "load": 1, "queue+load": 2}
 AR_GRANULARITY = {"packet": 0, "flowlet": 1}
@@ -503,6 +504,13 @@ class Datapath:
             v.wcmp_granularity = WCMP_GRANULARITY[switch_spec.wcmp.granularity]
             if switch_spec.load_balancing == "adaptive" and ar.flowlet_timeout is not None:
                 v.flowlet_timeout_ns = int(ar.flowlet_timeout)
+            dlb = switch_spec.dlb
+            v.dlb_bands, v.dlb_load_weight, v.dlb_queue_weight = dlb.bands, dlb.load_weight, dlb.queue_weight
+            if switch_spec.load_balancing == "dlb":
+                # DLB is the adaptive stage choosing per flowlet (the inactivity gap) with the band as its cost
+                v.ar_granularity = AR_GRANULARITY["flowlet"]
+                v.flowlet_timeout_ns = int(dlb.inactivity)
+                v.load_window_ns = int(dlb.load_window)
             t[t.Key(sid)] = v
 
     # ---------------------------------------------------------------- in-band telemetry

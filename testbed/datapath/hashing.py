@@ -117,3 +117,24 @@ def wcmp_table(weights, slots: int) -> list[int]:
 def wcmp_index(seed: int, saddr, daddr, sport: int, dport: int, proto: int, table) -> int:
     """The member (index into the group's ports) WCMP picks per flow: the flow hash into the weighted table."""
     return table[pick(flow_hash(seed, saddr, daddr, sport, dport, proto), len(table))]
+
+
+def dlb_level(ns: int, full: int, bands: int) -> int:
+    """A DLB metric quantised to 0 .. bands − 1: floor(ns / full × bands), the top level from ``full`` on; 0
+    without a scale (ebpf/lib/adaptive.h dlb_level)."""
+    if not full:
+        return 0
+    return bands - 1 if ns >= full else ns * bands // full
+
+
+def dlb_band(load_ns: int, load_window_ns: int, queue_ns: int, buffer_ns: int, bands: int, load_weight: int,
+             queue_weight: int) -> int:
+    """The quality band of a port under DLB (0 best), exactly as ebpf/lib/adaptive.h dlb_band: its load (ns busy
+    over the load window) and queue (drain time, ns, against its buffer's drain time ``buffer_ns``) quantised to
+    levels, their weighted mean rounded half up."""
+    w = load_weight + queue_weight
+    if not w:
+        return 0
+    s = (load_weight * dlb_level(load_ns, load_window_ns, bands) if load_weight else 0) \
+        + (queue_weight * dlb_level(queue_ns, buffer_ns, bands) if queue_weight else 0)
+    return min((2 * s + w) // (2 * w), bands - 1)
