@@ -212,6 +212,8 @@ int ftb_stage_int(struct __sk_buff *skb)
 	if (!ctx)
 		return TC_ACT_SHOT;
 	tos = int_hop(skb, ctx->sw, ctx->in, ctx->out, &ctx->p);
+	if (tos == INT_CONSUMED)
+		return TC_ACT_SHOT;                           /* a probe, exported by its sink: counted in int_stats */
 	if (tos < 0)
 		return drop(ctx->in, DROP_MALFORMED);
 	return forward_out(skb, ctx->sw, ctx->in, ctx->out, (__u8)tos);

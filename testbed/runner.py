@@ -264,15 +264,20 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
                                             origin=origin, cpu=telemetry.CpuGuard(acct, origin),
                                             resync_classes=not lab.pfc_on)
             sampler.start()
-            collector = None
+            collector = controller = None
             if lab.datapath.int_spec is not None:        # telemetry.int: the sinks' reports, read as they come
                 collector = telemetry.IntCollector(lab.datapath, origin)
                 collector.start()
+            if scen.switch.load_balancing == "wcmp" and scen.switch.wcmp.source != "static":
+                from .control.wcmp import WcmpController
+                controller = WcmpController(topo, lab.datapath, lab.fabric, scen, origin, collector)
+                controller.start()
 
             def check() -> None:
                 sampler.check()
-                if collector is not None:
-                    collector.check()
+                for helper in (collector, controller):
+                    if helper is not None:
+                        helper.check()
                 lab.check()
             try:
                 traffic = _traffic(scen, lab, origin, check, outdir, log)
@@ -280,6 +285,8 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
                 failures.append(str(e))
             finally:
                 sampler.stop()
+                if controller is not None:
+                    controller.stop()
                 if collector is not None:
                     collector.stop()
                 pcaps = captures.stop()
@@ -291,7 +298,8 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
             resyncs = lab.datapath.resyncs
             timings = dict(lab.fabric.timings)
         failures += lab.failures
-    for err in (sampler.error, collector.error if collector is not None else None):
+    for err in (sampler.error, collector.error if collector is not None else None,
+                controller.error if controller is not None else None):
         if err and err not in failures:
             failures.append(err)
     ended = time.time()
@@ -301,6 +309,7 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
     manifest = _manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic, failures, degradations,
                          drops=drops, resyncs=resyncs, timings=timings, pcaps=pcaps, origin=origin)
     manifest["int"] = dict(int_stats, fabric_mtu=scen.fabric_mtu) if int_stats is not None else None
+    manifest["wcmp_controller"] = controller.health() if controller is not None else None
     fail_rows = None
     if scen.failures:
         from .control.failures import rows as failure_rows
@@ -314,7 +323,7 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
             "failed": failures[0] if failures else None, "profile": scen.profile}
     row = report.write_run(outdir, manifest, sampler.rows, _flow_rows(topo, traffic, used), sampler.cpu.result(),
                            meta, collectives=traffic.collectives, failures=fail_rows, sm=_sm_rows(topo, lab, origin),
-                           int_rows=int_rows)
+                           int_rows=int_rows, weights=controller.rows if controller is not None else None)
     if failures:
         raise RunFailed(f"{failures[0]} (results collected so far: {outdir})")
     return outdir, row

@@ -355,18 +355,13 @@ class AdaptiveSpec(Strict):
 class WcmpSpec(Strict):
     """Weighted-cost multipath (``load_balancing: wcmp``): each next-hop group becomes a table of `slots` entries
     in which every member appears in proportion to its weight, as switch ASICs replicate members; a flow (hash),
-    a flowlet or a packet draws one entry. `source: static` takes the weights from `topology.links[].weight`."""
+    a flowlet or a packet draws one entry. `source: static` takes the weights from `topology.links[].weight`;
+    `int` and `load`: the WCMP controller (testbed/control/wcmp.py) sets each source leaf's weights every
+    `interval` from the INT path delays or the ports' tx rates."""
     source: Literal["static", "int", "load"] = "static"
     granularity: Literal["flow", "flowlet", "packet"] = "flowlet"
     slots: int = Field(64, ge=2, le=255)
     interval: Annotated[int, *_unit(units.time_ns), Field(ge=1_000_000)] = units.time_ns("10ms")
-
-    @model_validator(mode="after")
-    def _source_exists(self):
-        if self.source != "static":
-            raise ValueError(f"source: {self.source} weights (from INT path delays or port rates) are not "
-                             f"implemented yet; use static (topology.links[].weight)")
-        return self
 
 
 class DlbSpec(Strict):
@@ -698,6 +693,7 @@ class Scenario(Strict):
         self._pfc_does_something()
         self._shared_buffer_fits()
         self._int_fits()
+        self._wcmp_source_fits()
         self._failures_fit()
         for a, b in self.traffic.pairs:
             if a == b:
@@ -786,6 +782,18 @@ class Scenario(Strict):
         if not i.enabled:
             return self.topology.mtu
         return i.fabric_mtu if i.fabric_mtu is not None else self.topology.mtu + i.room()
+
+    def _wcmp_source_fits(self) -> None:
+        """Measured WCMP weights need what they are measured from, and routes the controller may weigh."""
+        sw = self.switch
+        if sw.load_balancing != "wcmp" or sw.wcmp.source == "static":
+            return
+        if sw.wcmp.source == "int" and not self.telemetry.int.enabled:
+            raise ValueError("@switch.wcmp.source: int weighs paths by their INT delays: set "
+                             "telemetry.int.enabled: true (or use source: load)")
+        if sw.routing == "sm":
+            raise ValueError(f"@switch.wcmp.source: {sw.wcmp.source} weights are set by the WCMP controller on "
+                             f"distributed routing's groups; switch.routing: sm programs one port per destination")
 
     def _int_fits(self) -> None:
         """INT marks the packets that carry a stack with DSCP bit 0 (value 1): traffic that uses odd DSCPs would

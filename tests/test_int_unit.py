@@ -120,7 +120,7 @@ def test_each_hop_pushes_a_well_formed_record_and_the_sink_restores_the_packet(d
     assert r.length == len(sent) - 14 and not r.exceeded
     assert r.hops[0].ts_ns <= r.hops[1].ts_ns <= r.hops[2].ts_ns
     assert dp.int_counters() == {"sourced": 1, "no_room": 0, "transit": 1, "exceeded": 0, "exported": 1,
-                                      "export_lost": 0, "failed": 0}
+                                      "export_lost": 0, "failed": 0, "probes": 0}
 
 
 def test_a_zero_udp_checksum_stays_zero_and_a_ce_mark_on_the_way_survives(dp, topo):

@@ -320,7 +320,8 @@ struct int_config {               /* int_config[0] */
 };
 
 enum { INT_SOURCED = 0, INT_NO_ROOM = 1, INT_TRANSIT = 2, INT_EXCEEDED = 3, INT_EXPORTED = 4, INT_EXPORT_LOST = 5,
-       INT_FAILED = 6, INT_STATS = 7 };
+       INT_FAILED = 6, INT_PROBES = 7, INT_STATS = 8 };
+#define INT_PROBE_PORT 0xFA7E     /* UDP destination port of the WCMP controller's probes: they end at the sink */
 
 struct int_report {               /* a sink's export (ring buffer int_reports) */
 	__u64 ts;                 /* when the sink saw it, ns (CLOCK_MONOTONIC) */

@@ -37,6 +37,7 @@
 #define INT_DS_ID 0x4654          /* "FT": this testbed's domain */
 #define INT_DS_INSTRUCTIONS 0xC000 /* egress port tx bytes (low 32 bits), egress link rate (kbit/s) */
 #define INT_E_BIT (1u << 26)      /* header word 0: a hop had no room left (max hop count exceeded) */
+#define INT_CONSUMED (-2)         /* int_hop: the packet (a probe) ends here */
 
 struct int_hdr {                  /* shim + INT-MD header: 16 bytes as on the wire */
 	__u8 type_npt;            /* type (1: INT-MD) << 4 | NPT (0: the UDP payload follows) << 2 */
@@ -279,6 +280,10 @@ FTB_ALWAYS_INLINE int int_sink(struct __sk_buff *skb, const struct pkt *p, __u32
 		int_count(INT_EXCEEDED);                  /* its own record does not fit either */
 	int_export(skb, p, sw, in, out, prio, now, hops, (w0 & 0xff) != 0, (w0 & INT_E_BIT) != 0,
 		   ftb_ntohs(ip.tot_len) - total);
+	if (p->dport == INT_PROBE_PORT) {             /* a controller's probe: measured, it goes no further */
+		int_count(INT_PROBES);
+		return INT_CONSUMED;
+	}
 	/* the UDP header, restored, goes just before the payload; then the room between goes */
 	u = old.udp;
 	u.len = ftb_htons(ftb_ntohs(old.udp.len) - total);
@@ -320,7 +325,7 @@ FTB_ALWAYS_INLINE void int_count_tx(__u32 out, __u64 len)
 }
 
 /* The INT stage's work on a packet leaving switch `sw` through `out`: source, transit or sink. Returns the
- * packet's TOS afterwards, or -1 when it is broken (drop it). */
+ * packet's TOS afterwards, -1 when it is broken (drop it), INT_CONSUMED for a probe that ended at its sink. */
 FTB_ALWAYS_INLINE int int_hop(struct __sk_buff *skb, __u32 sw, __u32 in, __u32 out, const struct pkt *p)
 {
 	__u32 zero = 0;

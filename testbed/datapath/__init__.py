@@ -56,7 +56,8 @@ DROP_REASONS = ("not_ipv4", "malformed", "no_route", "empty_group", "ttl", "no_p
 MIN_MAX_NH = 16
 PORT_VALID = 1
 PORT_EDGE = 2                        # the port faces a host: INT's source and sink (common.h)
-INT_STATS = ("sourced", "no_room", "transit", "exceeded", "exported", "export_lost", "failed")   # INT_* (common.h)
+INT_STATS = ("sourced", "no_room", "transit", "exceeded", "exported", "export_lost", "failed",   # INT_* (common.h)
+             "probes")
 
 
 @dataclass
@@ -115,17 +116,18 @@ def _wcmp_bytes(weights: tuple[int, ...], slots: int) -> tuple[int, bytes]:
     return len(table), bytes(table) + bytes(slots - len(table))
 
 
-def fill_group(v, topo, ports, max_nh: int) -> None:
+def fill_group(v, topo, ports, max_nh: int, weights=None) -> None:
     """Fill an ``nh_group`` map value: the egress ports (at most ``max_nh``) and the WCMP table of their
-    weights (``topology.links`` weight of each port's link; hashing.wcmp_table), which the switch program reads
-    under ``load_balancing: wcmp``. One home for the group layout: the loader, the SM and the distributed
-    re-route all write groups through it. Tables are cached per weight tuple (an SM install at k=16 writes
-    327,680 groups)."""
+    weights (``weights``, integers, else the ``topology.links`` weight of each port's link;
+    hashing.wcmp_table), which the switch program reads under ``load_balancing: wcmp``. One home for the group
+    layout: the loader, the SM, the distributed re-route and the WCMP controller all write groups through it.
+    Tables are cached per weight tuple (an SM install at k=16 writes 327,680 groups)."""
     ports = tuple(ports)[:max_nh]
     v.n = len(ports)
     for i, p in enumerate(ports):
         v.ports[i] = p
-    v.nslots, table = _wcmp_bytes(tuple(topo.port(p).weight for p in ports), len(v.wslot))
+    w = tuple(weights)[:len(ports)] if weights is not None else tuple(topo.port(p).weight for p in ports)
+    v.nslots, table = _wcmp_bytes(w, len(v.wslot))
     ct.memmove(v.wslot, table, len(table))
 
 
@@ -481,6 +483,42 @@ class Datapath:
             v = t.Leaf()
             fill_group(v, self.topo, e.ports, self.max_nh)
             t[k] = v
+
+    def port_rates(self) -> dict[int, int]:
+        """ifindex → the rate (bit/s) the queue model drains each switch port at now: the link rate, or what a
+        failure's rate change set (``port_qos.ps_per_byte``; the topology keeps the original rates)."""
+        self._need()
+        t = self._bpf[b"port_qos"]
+        out = {}
+        for ifx in self._switch_ports:
+            ps = t[t.Key(ifx)].ps_per_byte
+            out[ifx] = 8 * 10**12 // ps if ps else self.topo.port(ifx).rate_bps
+        return out
+
+    def group(self, switch: str, prefix: str, plen: int) -> tuple[int, ...]:
+        """The egress ports of the FIB entry (switch, prefix/plen) as the switch program has them now."""
+        self._need()
+        t = self._bpf[b"fib"]
+        v = t[self._fib_key(t, switch, prefix, plen)]
+        return tuple(v.ports[i] for i in range(min(v.n, self.max_nh)))
+
+    def set_group_weights(self, switch: str, prefix: str, plen: int, weights) -> tuple[int, ...]:
+        """Give the FIB entry (switch, prefix/plen) a new WCMP table from integer ``weights`` (one per member, in
+        the order of its ports, which stay as they are: a re-route's change of members is kept). One map update:
+        a packet sees the old table or the new one. Returns the ports."""
+        self._need()
+        t = self._bpf[b"fib"]
+        k = self._fib_key(t, switch, prefix, plen)
+        v = t[k]
+        ports = tuple(v.ports[i] for i in range(min(v.n, self.max_nh)))
+        fill_group(v, self.topo, ports, self.max_nh, weights)
+        t[k] = v
+        return ports
+
+    def _fib_key(self, t, switch: str, prefix: str, plen: int):
+        k = t.Key()
+        k.prefixlen, k.switch_id, k.addr = 32 + plen, self.topo.switch_ids[switch], _net_u32(prefix)
+        return k
 
     def set_mode(self, switch_spec, switches=None) -> None:
         """Apply a SwitchSpec (load balancing, flowlet timeout, spray kind, hash seed) live, to every switch or

@@ -19,11 +19,11 @@ import numpy as np
 import pandas as pd
 
 from .columns import (COLLECTIVE_COLUMNS, COLLECTIVES_CSV, FAILURE_COLUMNS, FAILURES_CSV, FLOW_COLUMNS, FLOWS_CSV,
-                      INT_CSV, INT_PATHS_CSV, LINK_COLUMNS, LINKS_CSV, MANIFEST, MANIFEST_INPUTS, META_KEYS, PLOT_FILES, RESULT_FILES,
+                      INT_CSV, INT_PATHS_CSV, LINK_COLUMNS, LINKS_CSV, WEIGHTS_CSV, MANIFEST, MANIFEST_INPUTS, META_KEYS, PLOT_FILES, RESULT_FILES,
                       SM_COLUMNS, SM_CSV, SUMMARY_COLUMNS, SUMMARY_CSV, SUMMARY_EXTRA_COLUMNS, SWEEP_CSV, SWEEP_PNG)
 from .files import ReportError, atomic_write, read_csv, read_manifest, write_csv, write_json
 from .frames import (collectives_frame, failures_frame, flows_frame, int_frame, int_paths_frame, links_frame, ordered,
-                     sm_frame)
+                     sm_frame, weights_frame)
 from .plots import _figure, _save, plots
 from .summary import _num, summarize
 
@@ -46,7 +46,8 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
               meta: Mapping[str, Any], collectives: Iterable[Mapping[str, Any]] | None = None,
               failures: Iterable[Mapping[str, Any]] | None = None,
               sm: Iterable[Mapping[str, Any]] | None = None,
-              int_rows: Iterable[Mapping[str, Any]] | None = None) -> dict:
+              int_rows: Iterable[Mapping[str, Any]] | None = None,
+              weights: Iterable[Mapping[str, Any]] | None = None) -> dict:
     """Write a run's result directory (created if needed) and return its summary row.
 
     Order: links.csv, flows.csv, [collectives.csv, failures.csv, sm.csv], summary.csv, plots, then manifest.json
@@ -69,6 +70,8 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
         write_csv(outdir / FAILURES_CSV, fail_df)
     if sm is not None:
         write_csv(outdir / SM_CSV, sm_frame(sm))
+    if weights is not None:
+        write_csv(outdir / WEIGHTS_CSV, weights_frame(weights))
     int_df = None
     if int_rows is not None:
         int_df = int_frame(int_rows)

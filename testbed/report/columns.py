@@ -42,9 +42,12 @@ SM_COLUMNS = ["sweep", "time_s", "kind", "ports", "detect_s", "compute_s", "entr
 #: int.csv (runs with telemetry.int): one row per hop of every INT report a sink exported.
 INT_COLUMNS = ["time_s", "report", "flow_id", "path", "hop", "switch", "ingress_port", "egress_port", "queue_id",
                "queue_bytes", "hop_latency_ns", "tx_bytes", "link_rate_bps", "hop_time_s", "path_delay_ns",
-               "exceeded", "ip_bytes"]
+               "exceeded", "ip_bytes", "probe"]
 #: int_paths.csv: one row per path (switch list) the reports took.
 INT_PATH_COLUMNS = ["path", "reports", "flows", "delay_p50_ns", "delay_p99_ns", "delay_mean_ns", "delay_max_ns"]
+
+#: weights.csv (runs with switch.wcmp.source int or load): every interval, every member of every leaf group.
+WEIGHT_COLUMNS = ["time_s", "switch", "group", "next_hop", "weight", "port", "signal", "source"]
 
 META_KEYS = SUMMARY_COLUMNS[:6]
 
@@ -57,12 +60,13 @@ FAILURES_CSV = "failures.csv"
 SM_CSV = "sm.csv"
 INT_CSV = "int.csv"
 INT_PATHS_CSV = "int_paths.csv"
+WEIGHTS_CSV = "weights.csv"
 SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
 #: plot name → file name.
 PLOT_FILES = {"uplink_util": "uplink_util.png", "uplink_bytes": "uplink_bytes.png", "fct_cdf": "fct_cdf.png",
               "int_path_delay": "int_path_delay.png"}
-RESULT_FILES = [MANIFEST, LINKS_CSV, FLOWS_CSV, SUMMARY_CSV, COLLECTIVES_CSV, FAILURES_CSV, SM_CSV, INT_CSV, INT_PATHS_CSV,
+RESULT_FILES = [MANIFEST, LINKS_CSV, FLOWS_CSV, SUMMARY_CSV, COLLECTIVES_CSV, FAILURES_CSV, SM_CSV, INT_CSV, INT_PATHS_CSV, WEIGHTS_CSV,
                 *PLOT_FILES.values()]
 #: manifest key under which write_run stores the summary inputs, so `report` can recompute the same row.
 MANIFEST_INPUTS = "report_inputs"

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .columns import (COLLECTIVE_COLUMNS, FAILURE_COLUMNS, FLOW_COLUMNS, INT_COLUMNS, INT_PATH_COLUMNS, LINK_COLUMNS,
-                      LINK_KNOWN_EXTRA, LINK_QOS_COLUMNS, SM_COLUMNS)
+                      LINK_KNOWN_EXTRA, LINK_QOS_COLUMNS, SM_COLUMNS, WEIGHT_COLUMNS)
 
 _LINK_NUMERIC = ["time_s", "bytes", "packets", "util", "rate_bps", "interval_s"]
 _FLOW_NUMERIC = ["sport", "dport", "bytes", "start_s", "end_s", "fct_s", "goodput_mbps", "paths_used"]
@@ -87,7 +87,7 @@ def int_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
     df = pd.DataFrame(list(rows)) if not isinstance(rows, pd.DataFrame) else rows.copy()
     df = _with_columns(df, INT_COLUMNS, "int")
     df = _coerce(df, ["time_s", "report", "flow_id", "hop", "queue_id", "queue_bytes", "hop_latency_ns", "tx_bytes",
-                      "link_rate_bps", "hop_time_s", "path_delay_ns", "exceeded", "ip_bytes"])
+                      "link_rate_bps", "hop_time_s", "path_delay_ns", "exceeded", "ip_bytes", "probe"])
     return ordered(df, INT_COLUMNS)
 
 
@@ -101,3 +101,10 @@ def int_paths_frame(int_df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"reports": g.size(), "flows": g["flow_id"].nunique(), "delay_p50_ns": d.quantile(0.5),
                         "delay_p99_ns": d.quantile(0.99), "delay_mean_ns": d.mean(), "delay_max_ns": d.max()})
     return ordered(out.reset_index(), INT_PATH_COLUMNS)
+
+
+def weights_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    df = pd.DataFrame(list(rows)) if not isinstance(rows, pd.DataFrame) else rows.copy()
+    df = _with_columns(df, WEIGHT_COLUMNS, "weights")
+    df = _coerce(df, ["time_s", "weight", "signal"])
+    return ordered(df, WEIGHT_COLUMNS)

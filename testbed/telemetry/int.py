@@ -17,6 +17,7 @@ from ..errors import HelperFailed
 REPORT = struct.Struct("<Q4s4sHHBBBBII")        # struct int_report up to its stack (common.h)
 HOP = struct.Struct(">IHHIIQII")                 # one hop record, big-endian as on the wire (docs/int.md)
 FLAG_EXCEEDED = 1
+PROBE_PORT = 0xFA7E                              # INT_PROBE_PORT (common.h): the WCMP controller's probes
 
 
 class IntFailed(HelperFailed):
@@ -72,6 +73,7 @@ class IntCollector:
         self.dp, self.origin, self.poll_ms = datapath, origin, poll_ms
         self.raw: list[bytes] = []
         self.error: str | None = None
+        self._taken = 0                        # reports handed to take_new so far
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="int-reports", daemon=True)
         # the reports' CLOCK_MONOTONIC → the run's clock (seconds since origin)
@@ -105,6 +107,13 @@ class IntCollector:
     def reports(self) -> list[Report]:
         return [decode(b) for b in self.raw]
 
+    def take_new(self) -> list[Report]:
+        """The reports that arrived since the last call (for a controller reading them as they come; the
+        poll thread only appends, so a length read marks a consistent prefix)."""
+        end = len(self.raw)
+        new, self._taken = self.raw[self._taken:end], end
+        return [decode(b) for b in new]
+
     def rows(self, topo, flows) -> list[dict]:
         """int.csv: one row per hop of every report (results/README.md)."""
         names = {i: n for n, i in topo.switch_ids.items()}
@@ -122,7 +131,8 @@ class IntCollector:
                             "egress_port": ifname.get(h.egress, str(h.egress)), "queue_id": h.queue_id,
                             "queue_bytes": h.queue_bytes, "hop_latency_ns": h.latency_ns, "tx_bytes": h.tx_bytes,
                             "link_rate_bps": h.rate_kbps * 1000, "hop_time_s": round(self.time_s(h.ts_ns), 6),
-                            "path_delay_ns": delay, "exceeded": int(r.exceeded), "ip_bytes": r.length})
+                            "path_delay_ns": delay, "exceeded": int(r.exceeded), "ip_bytes": r.length,
+                            "probe": int(r.dport == PROBE_PORT and r.proto == 17)})
         return out
 
 

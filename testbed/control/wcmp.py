@@ -1,0 +1,266 @@
+"""The WCMP controller (``switch.wcmp.source: int | load``): every ``interval``, each source leaf's weights of the
+next hops toward every destination, from what the fabric measured — and ``weights.csv``.
+
+For every next-hop group of a leaf (a FIB entry with more than one port: one destination leaf, or a pod) each
+member port gets a congestion signal over the interval:
+
+- ``int``: the mean path delay of the INT reports whose first hop left the leaf through that port toward the
+  group's destinations (the sum of the hop latencies, telemetry/int.py), less the sink's hop (the port to the
+  receiving host, the same on every path). A member without a report in the
+  interval keeps its weight and is sent a probe: a UDP packet to port ``PROBE_PORT`` carrying an INT stack
+  whose first record the controller writes (the leaf's queue from the queue model), sent out of that port's
+  real queue; every switch on the way adds its record, and the sink exports it and drops it.
+- ``load``: 1 / (1 − u), u the highest utilisation of the member's link and of the next switch's ports toward
+  the destination (what its switch program forwarded over the link rate, an EWMA over ~5 intervals, capped at
+  0.99): the relative delay of an M/M/1 queue at that load. Nothing is sent.
+
+Then, the goal being equal delay over the used paths: w ← w × clamp((mean signal / signal)^GAIN, 1/STEP, STEP),
+normalised, every member keeping at least one slot of the table (so it carries enough to stay measured), and
+the group's table is rewritten in one map update (``Datapath.set_group_weights``; its ports stay as routing
+left them).
+"""
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+import threading
+import time
+
+from ..errors import HelperFailed
+from ..fabric import netns
+from ..telemetry.int import PROBE_PORT
+
+GAIN = 0.1            # exponent of the multiplicative update: a tenth of the log-ratio per interval (damping)
+LOAD_EWMA = 0.2       # load: each port's utilisation smoothed over ~5 intervals (one 10 ms interval at 20 Mbit/s
+                      # holds ~16 packets: ±1 read ±6 %, and 1/(1 − u) made the weights swing 0.12–0.44)
+STEP = 1.5            # a weight changes by at most ×1.5 or ÷1.5 per interval
+SCALE = 10_000        # float weights → the integer weights the table is built from
+INT_DSCP_BIT = 0x04
+INT_INSTRUCTIONS, INT_DS_ID, INT_DS_INSTRUCTIONS = 0xF800, 0x4654, 0xC000
+
+
+class WcmpFailed(HelperFailed):
+    """The controller thread died; one line naming it and the cause."""
+
+
+class Group:
+    """One leaf's next-hop group toward a prefix, and the controller's weights of its members."""
+
+    def __init__(self, leaf: str, prefix: str, plen: int, ports: tuple[int, ...]):
+        self.leaf, self.prefix, self.plen = leaf, prefix, plen
+        self.net = ipaddress.IPv4Network(f"{prefix}/{plen}")
+        self.ports = ports
+        self.weights = [1.0 / len(ports)] * len(ports)
+        self.targets: list[str] = []           # probe destinations: a host of every leaf the group leads to
+        self._next = 0
+
+    def target(self) -> str:
+        t = self.targets[self._next % len(self.targets)]
+        self._next += 1
+        return t
+
+    @property
+    def name(self) -> str:
+        return f"{self.prefix}/{self.plen}"
+
+
+def update(weights: list[float], signals: list[float | None], min_share: float) -> list[float]:
+    """One step of the controller: members with a signal move towards equal signals (the lower one's weight
+    grows), members without one keep their weight; normalised, none below ``min_share``."""
+    seen = [s for s in signals if s is not None and s > 0]
+    if not seen:
+        return list(weights)
+    mean = sum(seen) / len(seen)
+    out = []
+    for w, s in zip(weights, signals):
+        if s is not None and s > 0:
+            w *= min(STEP, max(1 / STEP, (mean / s) ** GAIN))
+        out.append(w)
+    total = sum(out)
+    out = [max(min_share, w / total) for w in out]
+    total = sum(out)
+    return [w / total for w in out]
+
+
+class WcmpController:
+    """Background thread applying ``switch.wcmp`` (source int or load) every interval; ``rows`` → weights.csv."""
+
+    def __init__(self, topo, datapath, fabric, scen, origin: float, collector=None):
+        self.topo, self.dp, self.fabric, self.origin = topo, datapath, fabric, origin
+        self.spec = scen.switch.wcmp
+        self.source, self.interval = self.spec.source, self.spec.interval / 1e9
+        self.collector = collector
+        self.max_hops = scen.telemetry.int.max_hops
+        self.min_share = 1.0 / self.spec.slots
+        self.rows: list[dict] = []
+        self.probes = self.intervals = self.late = 0
+        self.error: str | None = None
+        self.groups = [Group(e.switch, e.prefix, e.plen, tuple(e.ports)) for e in topo.fib
+                       if topo.nodes[e.switch].kind == "leaf" and len(e.ports) > 1]
+        for g in self.groups:                          # the first host of every other leaf inside the prefix
+            firsts: dict[str, str] = {}
+            for h in topo.hosts:
+                leaf = topo.leaf_of(h, 0)
+                if leaf != g.leaf and leaf not in firsts and ipaddress.IPv4Address(topo.address(h)) in g.net:
+                    firsts[leaf] = topo.address(h)
+            g.targets = list(firsts.values())
+        self.groups = [g for g in self.groups if g.targets]
+        self._by_leaf: dict[str, list[Group]] = {}
+        for g in self.groups:
+            self._by_leaf.setdefault(g.leaf, []).append(g)
+        for gs in self._by_leaf.values():
+            gs.sort(key=lambda g: -g.plen)
+        # a probe's source address: its leaf's gateway (.254 of the leaf's own prefix)
+        self._gateway = {e.switch: str(ipaddress.IPv4Network(f"{e.prefix}/{e.plen}").network_address + 254)
+                         for e in topo.fib if topo.nodes[e.switch].kind == "leaf" and not e.ports and e.plen <= 24}
+        self._socks: dict[int, socket.socket] = {}
+        self._last_c = None
+        self._util: dict[int, float] = {}              # load: smoothed utilisation per port
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="wcmp-controller", daemon=True)
+
+    # ---- life cycle
+
+    def start(self) -> None:
+        if self.source == "int":                       # one raw socket per leaf uplink, in the leaf's namespace
+            for g in self.groups:
+                for p in g.ports:
+                    if p not in self._socks:
+                        port = self.topo.port(p)
+                        self._socks[p] = netns.run_in(self.fabric.ns[g.leaf], _packet_socket, port.ifname)
+        self._last_c = self.dp.port_counters()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        for s in self._socks.values():
+            s.close()
+        self._socks.clear()
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise WcmpFailed(self.error)
+
+    def health(self) -> dict:
+        return {"source": self.source, "interval_s": self.interval, "intervals": self.intervals,
+                "late_intervals": self.late, "probes": self.probes, "groups": len(self.groups), "error": self.error}
+
+    def _loop(self) -> None:
+        try:
+            nxt = time.time() + self.interval
+            while not self._stop.wait(max(0.0, nxt - time.time())):
+                self.step()
+                nxt += self.interval
+                if nxt < time.time():                  # fell behind: skip, never burst
+                    self.late += 1
+                    nxt = time.time() + self.interval
+        except Exception as e:                         # noqa: BLE001 — kept and reported by check() / the run
+            self.error = f"WCMP controller failed at {time.time() - self.origin:.2f} s: {type(e).__name__}: {e}"
+
+    # ---- one interval
+
+    def step(self) -> None:
+        self.intervals += 1
+        signals = self._int_signals() if self.source == "int" else self._load_signals()
+        now = round(time.time() - self.origin, 6)
+        for g in self.groups:
+            sig = signals.get(id(g), [None] * len(g.ports))
+            g.weights = update(g.weights, sig, self.min_share)
+            ints = [max(1, round(w * SCALE)) for w in g.weights]
+            self.dp.set_group_weights(g.leaf, g.prefix, g.plen, ints)
+            for p, w, s in zip(g.ports, g.weights, sig):
+                port = self.topo.port(p)
+                self.rows.append({"time_s": now, "switch": g.leaf, "group": g.name, "next_hop": port.peer_node,
+                                  "port": port.ifname, "weight": round(w, 6), "signal": s, "source": self.source})
+            if self.source == "int":
+                for p, s in zip(g.ports, sig):
+                    if s is None:
+                        self._probe(g, p)
+
+    def _group_of(self, leaf: str, daddr: str) -> Group | None:
+        a = ipaddress.IPv4Address(daddr)
+        return next((g for g in self._by_leaf.get(leaf, ()) if a in g.net), None)
+
+    def _int_signals(self) -> dict[int, list[float | None]]:
+        """Per group, per member: the mean INT path delay (ns) of the interval's reports through it."""
+        names = {i: n for n, i in self.topo.switch_ids.items()}
+        acc: dict[tuple[int, int], list[int]] = {}
+        for r in self.collector.take_new():
+            if not r.hops:
+                continue
+            g = self._group_of(names.get(r.hops[0].switch_id, ""), r.daddr)
+            if g is None or r.hops[0].egress not in g.ports:
+                continue
+            # the fabric's part of the delay: the sink's hop (its port to the receiving host) is the same on
+            # every path to that host, and its queue would only add the receiver's noise to the choice
+            fabric = r.delay_ns - (r.hops[-1].latency_ns if len(r.hops) > 1 else 0)
+            acc.setdefault((id(g), r.hops[0].egress), []).append(fabric)
+        return {id(g): [(sum(v) / len(v)) if (v := acc.get((id(g), p))) else None for p in g.ports]
+                for g in self.groups}
+
+    def _load_signals(self) -> dict[int, list[float | None]]:
+        """Per group, per member: 1 / (1 − u) of the busiest link on the member's way (its own, then the next
+        switch's ports toward the group's destinations)."""
+        c, c0 = self.dp.port_counters(), self._last_c
+        self._last_c = c
+        rates = self.dp.port_rates()                   # a degraded link's rate, not the topology's
+        for ifx, a in c.items():
+            b = c0.get(ifx)
+            if b is not None and a.read_at > b.read_at:
+                u = (a.tx_bytes - b.tx_bytes) * 8 / (rates[ifx] * (a.read_at - b.read_at))
+                self._util[ifx] = self._util.get(ifx, u) + LOAD_EWMA * (u - self._util.get(ifx, u))
+
+        def util(ifx: int) -> float:
+            return self._util.get(ifx, 0.0)
+        out = {}
+        for g in self.groups:
+            sig = []
+            for p in g.ports:
+                nxt = self.topo.port(p).peer_node
+                down = [q for e in self.topo.fib if e.switch == nxt and e.ports
+                        and ipaddress.IPv4Network(f"{e.prefix}/{e.plen}").overlaps(g.net) for q in e.ports]
+                u = max([util(p)] + [util(q) for q in down])
+                sig.append(1.0 / (1.0 - min(u, 0.99)))
+            out[id(g)] = sig
+        return out
+
+    # ---- probes
+
+    def _probe(self, g: Group, ifx: int) -> None:
+        """A probe out of leaf port ``ifx`` toward the group's first address, its first hop record written here."""
+        port = self.topo.port(ifx)
+        rate = port.rate_bps
+        q = self.dp.queue_depth(ifx)
+        stack_len = 16 + 32
+        ip_len = 20 + 8 + stack_len
+        lat = int((q + ip_len + 14) * 8e9 / rate)
+        now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        src = socket.inet_aton(self._gateway.get(g.leaf, "198.18.0.254"))
+        dst = socket.inet_aton(g.target())
+        rec = struct.pack(">IHHIIQII", self.topo.switch_ids[g.leaf], 0, ifx & 0xFFFF, min(lat, 2**32 - 1),
+                          min(q, 0xFFFFFF), now, 0, rate // 1000)
+        hdr = struct.pack(">BBBBIHHHH", 1 << 4, stack_len // 4, 0, 0,
+                          (2 << 28) | (8 << 8) | (self.max_hops - 1), INT_INSTRUCTIONS, INT_DS_ID,
+                          INT_DS_INSTRUCTIONS, 0)
+        udp = struct.pack(">HHHH", PROBE_PORT, PROBE_PORT, 8 + stack_len, 0)
+        ip = struct.pack(">BBHHHBBH4s4s", 0x45, INT_DSCP_BIT, ip_len, 0, 0, 64, 17, 0, src, dst)
+        ip = ip[:10] + struct.pack(">H", _ip_checksum(ip)) + ip[12:]
+        eth = bytes.fromhex(port.peer_mac.replace(":", "")) + bytes.fromhex(port.mac.replace(":", "")) + b"\x08\x00"
+        self._socks[ifx].send(eth + ip + udp + hdr + rec)
+        self.probes += 1
+
+
+def _packet_socket(ifname: str) -> socket.socket:
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    s.bind((ifname, 0))
+    return s
+
+
+def _ip_checksum(hdr: bytes) -> int:
+    s = sum(struct.unpack(f">{len(hdr) // 2}H", hdr))
+    s = (s & 0xFFFF) + (s >> 16)
+    s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
