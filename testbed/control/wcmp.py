@@ -78,9 +78,16 @@ def update(weights: list[float], signals: list[float | None], min_share: float) 
             w *= min(STEP, max(1 / STEP, (mean / s) ** GAIN))
         out.append(w)
     total = sum(out)
-    out = [max(min_share, w / total) for w in out]
-    total = sum(out)
-    return [w / total for w in out]
+    out = [w / total for w in out]
+    low: set[int] = set()
+    while True:                                    # the floor, then the rest scaled into what is left
+        new_low = {i for i, w in enumerate(out) if w < min_share} | low
+        if new_low == low:
+            return out
+        low = new_low
+        rest = sum(w for i, w in enumerate(out) if i not in low)
+        scale = (1 - len(low) * min_share) / rest if rest > 0 else 0.0
+        out = [min_share if i in low else w * scale for i, w in enumerate(out)]
 
 
 class WcmpController:
@@ -230,27 +237,31 @@ class WcmpController:
     # ---- probes
 
     def _probe(self, g: Group, ifx: int) -> None:
-        """A probe out of leaf port ``ifx`` toward the group's first address, its first hop record written here."""
-        port = self.topo.port(ifx)
-        rate = port.rate_bps
-        q = self.dp.queue_depth(ifx)
-        stack_len = 16 + 32
-        ip_len = 20 + 8 + stack_len
-        lat = int((q + ip_len + 14) * 8e9 / rate)
-        now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        src = socket.inet_aton(self._gateway.get(g.leaf, "198.18.0.254"))
-        dst = socket.inet_aton(g.target())
-        rec = struct.pack(">IHHIIQII", self.topo.switch_ids[g.leaf], 0, ifx & 0xFFFF, min(lat, 2**32 - 1),
-                          min(q, 0xFFFFFF), now, 0, rate // 1000)
-        hdr = struct.pack(">BBBBIHHHH", 1 << 4, stack_len // 4, 0, 0,
-                          (2 << 28) | (8 << 8) | (self.max_hops - 1), INT_INSTRUCTIONS, INT_DS_ID,
-                          INT_DS_INSTRUCTIONS, 0)
-        udp = struct.pack(">HHHH", PROBE_PORT, PROBE_PORT, 8 + stack_len, 0)
-        ip = struct.pack(">BBHHHBBH4s4s", 0x45, INT_DSCP_BIT, ip_len, 0, 0, 64, 17, 0, src, dst)
-        ip = ip[:10] + struct.pack(">H", _ip_checksum(ip)) + ip[12:]
-        eth = bytes.fromhex(port.peer_mac.replace(":", "")) + bytes.fromhex(port.mac.replace(":", "")) + b"\x08\x00"
-        self._socks[ifx].send(eth + ip + udp + hdr + rec)
+        """A probe out of leaf port ``ifx`` toward one of the group's destinations."""
+        frame = probe_frame(self.topo, g.leaf, ifx, self._gateway.get(g.leaf, "198.18.0.254"), g.target(),
+                            self.dp.queue_depth(ifx), time.clock_gettime_ns(time.CLOCK_MONOTONIC), self.max_hops)
+        self._socks[ifx].send(frame)
         self.probes += 1
+
+
+def probe_frame(topo, leaf: str, ifx: int, src: str, dst: str, queue_bytes: int, now_ns: int, max_hops: int) -> bytes:
+    """The Ethernet frame of a probe leaving ``leaf`` through port ``ifx``: IPv4 with DSCP bit 0, UDP to
+    PROBE_PORT (checksum 0), shim + INT-MD header and the leaf's own hop record (docs/int.md) — what the switch
+    program's source would have written: the queue it joins, the wait for it + its own serialisation."""
+    port = topo.port(ifx)
+    stack = 16 + 32
+    ip_len = 20 + 8 + stack
+    lat = int((queue_bytes + ip_len + 14) * 8e9 / port.rate_bps)
+    rec = struct.pack(">IHHIIQII", topo.switch_ids[leaf], 0, ifx & 0xFFFF, min(lat, 2**32 - 1),
+                      min(queue_bytes, 0xFFFFFF), now_ns, 0, port.rate_bps // 1000)
+    hdr = struct.pack(">BBBBIHHHH", 1 << 4, stack // 4, 0, 0, (2 << 28) | (8 << 8) | (max_hops - 1),
+                      INT_INSTRUCTIONS, INT_DS_ID, INT_DS_INSTRUCTIONS, 0)
+    udp = struct.pack(">HHHH", PROBE_PORT, PROBE_PORT, 8 + stack, 0)
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, INT_DSCP_BIT, ip_len, 0, 0, 64, 17, 0, socket.inet_aton(src),
+                     socket.inet_aton(dst))
+    ip = ip[:10] + struct.pack(">H", _ip_checksum(ip)) + ip[12:]
+    eth = bytes.fromhex(port.peer_mac.replace(":", "")) + bytes.fromhex(port.mac.replace(":", "")) + b"\x08\x00"
+    return eth + ip + udp + hdr + rec
 
 
 def _packet_socket(ifname: str) -> socket.socket:
