@@ -37,29 +37,11 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
-@contextlib.contextmanager
 def inside_port_namespace(ports, tag: str):
-    """Move the calling thread into a throwaway namespace ``ftb-<tag>-<pid>`` holding a veth with the ifindex of
-    every given port (BPF_PROG_TEST_RUN resolves ``skb->ifindex`` in the caller's namespace); always removed."""
-    import ctypes
-    from pyroute2 import IPRoute
-    name = f"{netns.PREFIX}{tag}-{os.getpid()}"
-    orig = os.open("/proc/self/ns/net", os.O_RDONLY)
-    libc = ctypes.CDLL(None, use_errno=True)
-    netns.create([name])
-    entered = False
-    try:
-        netns.enter(name)
-        entered = True
-        with IPRoute() as ipr:
-            for p in ports:
-                ipr.link("add", ifname=f"p{p.ifindex}", index=p.ifindex, kind="veth", peer={"ifname": f"q{p.ifindex}"})
-        yield name
-    finally:
-        if entered:
-            libc.setns(orig, netns.CLONE_NEWNET)
-        os.close(orig)
-        netns.delete([name])
+    """A throwaway namespace with a veth of every port's ifindex, entered by the calling thread (for
+    PROG_TEST_RUN): testbed.bench.select.port_namespace, which the selection benchmark uses too."""
+    from testbed.bench.select import port_namespace
+    return port_namespace(ports, tag)
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import datapath_fixtures
 
+from testbed.bench.select import int_costs
 from testbed.datapath import testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT
 from testbed.telemetry.int import decode
@@ -181,32 +182,12 @@ def test_report_layout_matches_the_c_struct():
 
 
 def test_cost_of_int_per_hop_against_plain_forwarding(dp, topo, capsys):
-    """Per-packet cost of each INT role against the same packet forwarded with INT off, same program, same run.
-    Repetitions on one skb would compound the push, so every run is one packet (the kernel's own timing)."""
-    hops = path(dp, topo)
-    ifx0, sent = packet(topo)
-    cases = {"source": (ifx0, sent), "transit": (hops[0][0].peer_ifindex, hops[0][1]),
-             "sink": (hops[1][0].peer_ifindex, hops[1][1])}
-    t = dp.bpf[b"int_config"]
-
-    def cost(ifx, frame, on):
-        v = t[t.Key(0)]
-        v.enabled = on
-        t[t.Key(0)] = v
-        runs = sorted(sum(testrun.run(dp.ingress_fd, frame, ifindex=ifx).duration_ns for _ in range(400)) / 400
-                      for _ in range(7))
-        return runs[3]
-    out = {}
-    for role, (ifx, frame) in cases.items():
-        on, off = cost(ifx, frame, 1), cost(ifx, frame, 0)
-        out[role] = (on, off)
-    set_int(dp)
-    v = t[t.Key(0)]
-    v.enabled = 1
-    t[t.Key(0)] = v
+    """Per-packet cost of each INT role against the same packet forwarded with INT off, same program, same run
+    (testbed.bench.select.int_costs, also `testbed bench select`)."""
+    out = int_costs(dp, topo)
     reports(dp)
     with capsys.disabled():
         print("\n[int cost] " + ", ".join(f"{r} {a:.0f} ns/pkt vs {b:.0f} plain ({a / b:.2f}×)"
                                           for r, (a, b) in out.items()))
-    for role, (a, b) in out.items():       # 2.1–3.1× measured over 5 runs (≈ 0.4–0.7 µs more per hop)
+    for role, (a, b) in out.items():       # 1.7–3.1× measured over 6 runs (≈ 0.4–0.7 µs more per hop)
         assert a < 4 * b, (role, a, b)

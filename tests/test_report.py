@@ -440,7 +440,8 @@ def int_rows():
             out.append({"time_s": 0.01 * n, "report": n, "flow_id": flow, "path": path, "hop": hop,
                         "switch": path.split(">")[hop], "ingress_port": "x", "egress_port": "y", "queue_id": 0,
                         "queue_bytes": 0, "hop_latency_ns": delay / 2, "tx_bytes": 0, "link_rate_bps": 1e9,
-                        "hop_time_s": 0.01 * n, "path_delay_ns": delay, "exceeded": 0, "ip_bytes": 100})
+                        "hop_time_s": 0.01 * n, "path_delay_ns": delay, "exceeded": 0, "ip_bytes": 100,
+                        "probe": 0})
     return out
 
 

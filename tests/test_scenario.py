@@ -155,13 +155,20 @@ def test_credits_make_their_priorities_lossless_per_tier():
     assert sc.switch.credit_on and sc.switch.classes_on
 
 
-def test_wcmp_keys_and_unimplemented_sources_are_refused_in_one_line():
+def test_wcmp_keys_and_sources_without_what_they_measure_are_refused_in_one_line():
     sc = scenario.from_dict({"switch": {"load_balancing": "wcmp", "wcmp": {"granularity": "packet", "slots": 32}}})
     assert (sc.switch.wcmp.source, sc.switch.wcmp.granularity, sc.switch.wcmp.slots) == ("static", "packet", 32)
-    for bad, msg in [({"source": "int"}, "switch.wcmp.source: int weights"),
+    for bad, msg in [({"source": "int"}, "^switch.wcmp.source: int weighs paths by their INT delays: set "
+                                         "telemetry.int.enabled: true"),
                      ({"slots": 1}, "switch.wcmp.slots"), ({"granularity": "burst"}, "switch.wcmp.granularity")]:
         with pytest.raises(scenario.ScenarioError, match=msg):
             scenario.from_dict({"switch": {"load_balancing": "wcmp", "wcmp": bad}})
+    with pytest.raises(scenario.ScenarioError, match="^switch.wcmp.source: load weights are set by the WCMP "
+                                                     "controller on distributed routing's groups"):
+        scenario.from_dict({"switch": {"load_balancing": "wcmp", "routing": "sm", "wcmp": {"source": "load"}}})
+    ok = scenario.from_dict({"switch": {"load_balancing": "wcmp", "wcmp": {"source": "int"}},
+                             "telemetry": {"int": {"enabled": True}}})
+    assert ok.switch.wcmp.source == "int"
 
 
 def test_dlb_keys_and_nonsense_are_refused_in_one_line():

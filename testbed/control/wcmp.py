@@ -121,6 +121,14 @@ class WcmpController:
         # a probe's source address: its leaf's gateway (.254 of the leaf's own prefix)
         self._gateway = {e.switch: str(ipaddress.IPv4Network(f"{e.prefix}/{e.plen}").network_address + 254)
                          for e in topo.fib if topo.nodes[e.switch].kind == "leaf" and not e.ports and e.plen <= 24}
+        # load: the next switch's ports toward each group's destinations, per (group, member)
+        self._down: dict[tuple[int, int], list[int]] = {}
+        for g in self.groups:
+            for p in g.ports:
+                nxt = topo.port(p).peer_node
+                self._down[(id(g), p)] = [q for e in topo.fib if e.switch == nxt and e.ports
+                                          and ipaddress.IPv4Network(f"{e.prefix}/{e.plen}").overlaps(g.net)
+                                          for q in e.ports]
         self._socks: dict[int, socket.socket] = {}
         self._last_c = None
         self._util: dict[int, float] = {}              # load: smoothed utilisation per port
@@ -176,8 +184,8 @@ class WcmpController:
         for g in self.groups:
             sig = signals.get(id(g), [None] * len(g.ports))
             g.weights = update(g.weights, sig, self.min_share)
-            ints = [max(1, round(w * SCALE)) for w in g.weights]
-            self.dp.set_group_weights(g.leaf, g.prefix, g.plen, ints)
+            self.dp.set_group_weights(g.leaf, g.prefix, g.plen,
+                                      {p: max(1, round(w * SCALE)) for p, w in zip(g.ports, g.weights)})
             for p, w, s in zip(g.ports, g.weights, sig):
                 port = self.topo.port(p)
                 self.rows.append({"time_s": now, "switch": g.leaf, "group": g.name, "next_hop": port.peer_node,
@@ -226,10 +234,7 @@ class WcmpController:
         for g in self.groups:
             sig = []
             for p in g.ports:
-                nxt = self.topo.port(p).peer_node
-                down = [q for e in self.topo.fib if e.switch == nxt and e.ports
-                        and ipaddress.IPv4Network(f"{e.prefix}/{e.plen}").overlaps(g.net) for q in e.ports]
-                u = max([util(p)] + [util(q) for q in down])
+                u = max([util(p)] + [util(q) for q in self._down[(id(g), p)]])
                 sig.append(1.0 / (1.0 - min(u, 0.99)))
             out[id(g)] = sig
         return out

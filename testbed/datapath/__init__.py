@@ -502,16 +502,16 @@ class Datapath:
         v = t[self._fib_key(t, switch, prefix, plen)]
         return tuple(v.ports[i] for i in range(min(v.n, self.max_nh)))
 
-    def set_group_weights(self, switch: str, prefix: str, plen: int, weights) -> tuple[int, ...]:
-        """Give the FIB entry (switch, prefix/plen) a new WCMP table from integer ``weights`` (one per member, in
-        the order of its ports, which stay as they are: a re-route's change of members is kept). One map update:
-        a packet sees the old table or the new one. Returns the ports."""
+    def set_group_weights(self, switch: str, prefix: str, plen: int, weights: dict[int, int]) -> tuple[int, ...]:
+        """Give the FIB entry (switch, prefix/plen) a new WCMP table from integer ``weights`` (egress ifindex →
+        weight). Its ports stay as they are — a re-route's change of members is kept; a member without a weight
+        gets 1. One map update: a packet sees the old table or the new one. Returns the ports."""
         self._need()
         t = self._bpf[b"fib"]
         k = self._fib_key(t, switch, prefix, plen)
         v = t[k]
         ports = tuple(v.ports[i] for i in range(min(v.n, self.max_nh)))
-        fill_group(v, self.topo, ports, self.max_nh, weights)
+        fill_group(v, self.topo, ports, self.max_nh, [weights.get(p, 1) for p in ports])
         t[k] = v
         return ports
 
