@@ -21,6 +21,24 @@
 #include "lib/qos.h"
 #include "lib/int.h"
 
+/* Hand the decision so far (the parsed packet, switch, ports) to `stage` by a tail call; returns only when the
+ * stage is missing (counted as a bad egress). */
+FTB_ALWAYS_INLINE int to_stage(struct __sk_buff *skb, const struct pkt *p, __u32 sw, __u32 in, __u32 out,
+			       __u32 stage)
+{
+	__u32 zero = 0;
+	struct fwd_ctx *ctx = fwd_scratch.lookup(&zero);
+
+	if (!ctx)
+		return drop(in, DROP_BAD_EGRESS);
+	ctx->p = *p;
+	ctx->sw = sw;
+	ctx->in = in;
+	ctx->out = out;
+	stages.call(skb, stage);
+	return drop(in, DROP_BAD_EGRESS);
+}
+
 /* Send a packet whose egress port is chosen: rewrite, egress queueing (drop, ECN, PFC), counters, redirect. */
 FTB_ALWAYS_INLINE int forward_out(struct __sk_buff *skb, __u32 sw, __u32 in, __u32 out, __u8 tos)
 {
@@ -41,31 +59,18 @@ FTB_ALWAYS_INLINE int forward_out(struct __sk_buff *skb, __u32 sw, __u32 in, __u
 /* Send a packet, through the INT stage first where telemetry is due (lib/int.h). */
 FTB_ALWAYS_INLINE int forward(struct __sk_buff *skb, __u32 sw, __u32 in, __u32 out, const struct pkt *p)
 {
-	__u32 zero = 0;
-	struct fwd_ctx *ctx;
-
-	if (int_wanted(p, in)) {
-		ctx = fwd_scratch.lookup(&zero);
-		if (!ctx)
-			return drop(in, DROP_BAD_EGRESS);
-		ctx->p = *p;
-		ctx->sw = sw;
-		ctx->in = in;
-		ctx->out = out;
-		stages.call(skb, STAGE_INT);
-		return drop(in, DROP_BAD_EGRESS);             /* the stage is missing */
-	}
+	if (int_wanted(p, in))
+		return to_stage(skb, p, sw, in, out, STAGE_INT);
 	return forward_out(skb, sw, in, out, p->tos);
 }
 
 int ftb_switch_ingress(struct __sk_buff *skb)
 {
-	__u32 in = skb->ifindex, zero = 0;
+	__u32 in = skb->ifindex;
 	__u64 slot;
 	struct port_info *ingress;
 	struct nh_group *group;
 	struct sw_config *cfg;
-	struct fwd_ctx *ctx;
 	struct flow_state *fs;
 	struct pkt p = {};
 	__u32 out;
@@ -97,16 +102,8 @@ int ftb_switch_ingress(struct __sk_buff *skb)
 		/* adaptive routing and DLB read the state of every candidate: a stage of its own (verifier
 		 * complexity) — except for a packet inside a flowlet, which keeps its port and is sent from here */
 		slot = ar_kept_slot(cfg, ingress->switch_id, group, &p, &fs);
-		if (slot >= MAX_NH) {
-			ctx = fwd_scratch.lookup(&zero);
-			if (!ctx)
-				return drop(in, DROP_BAD_EGRESS);
-			ctx->p = p;
-			ctx->sw = ingress->switch_id;
-			ctx->in = in;
-			stages.call(skb, STAGE_ADAPTIVE);
-			return drop(in, DROP_BAD_EGRESS);     /* the stage is missing */
-		}
+		if (slot >= MAX_NH)
+			return to_stage(skb, &p, ingress->switch_id, in, 0, STAGE_ADAPTIVE);
 	} else {
 		slot = lb_choose(ingress->switch_id, group, &p, &fs);
 	}
@@ -117,14 +114,7 @@ int ftb_switch_ingress(struct __sk_buff *skb)
 	if (port_is_down(out)) {
 		/* the chosen port lost its link: another live port of the group, in a stage of its own (a loop over
 		 * the group, paid only while a link is down) */
-		ctx = fwd_scratch.lookup(&zero);
-		if (!ctx)
-			return drop(in, DROP_BAD_EGRESS);
-		ctx->p = p;
-		ctx->sw = ingress->switch_id;
-		ctx->in = in;
-		stages.call(skb, STAGE_FAILOVER);
-		return drop(in, DROP_BAD_EGRESS);             /* the stage is missing */
+		return to_stage(skb, &p, ingress->switch_id, in, 0, STAGE_FAILOVER);
 	}
 	lb_count(fs, slot);
 	return forward(skb, ingress->switch_id, in, out, &p);

@@ -30,6 +30,7 @@ import time
 from ..errors import HelperFailed
 from ..fabric import netns
 from ..telemetry.int import PROBE_PORT
+from ..telemetry.periodic import run_every
 
 GAIN = 0.1            # exponent of the multiplicative update: a tenth of the log-ratio per interval (damping)
 LOAD_EWMA = 0.2       # load: each port's utilisation smoothed over ~5 intervals (one 10 ms interval at 20 Mbit/s
@@ -165,15 +166,12 @@ class WcmpController:
 
     def _loop(self) -> None:
         try:
-            nxt = time.time() + self.interval
-            while not self._stop.wait(max(0.0, nxt - time.time())):
-                self.step()
-                nxt += self.interval
-                if nxt < time.time():                  # fell behind: skip, never burst
-                    self.late += 1
-                    nxt = time.time() + self.interval
+            run_every(self.interval, self._stop, self.step, self._late)
         except Exception as e:                         # noqa: BLE001 — kept and reported by check() / the run
             self.error = f"WCMP controller failed at {time.time() - self.origin:.2f} s: {type(e).__name__}: {e}"
+
+    def _late(self) -> None:
+        self.late += 1
 
     # ---- one interval
 

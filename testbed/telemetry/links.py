@@ -21,6 +21,7 @@ import time
 from ..errors import HelperFailed
 from ..topology import Topology
 from .cpu import CpuGuard
+from .periodic import run_every
 
 
 class SamplerFailed(HelperFailed):
@@ -82,15 +83,12 @@ class LinkSampler:
 
     def _loop(self) -> None:
         try:
-            nxt = time.time() + self.interval
-            while not self._stop.wait(max(0.0, nxt - time.time())):
-                self._sample()
-                nxt += self.interval
-                if nxt < time.time():          # fell behind (busy machine): skip, never burst-sample
-                    self.late_samples += 1
-                    nxt = time.time() + self.interval
+            run_every(self.interval, self._stop, self._sample, self._late)
         except Exception as e:                 # noqa: BLE001 — kept and reported by check() / the run
             self.error = f"telemetry sampler failed at {time.time() - self.origin:.2f} s: {type(e).__name__}: {e}"
+
+    def _late(self) -> None:                   # fell behind (busy machine): skipped, never burst-sampled
+        self.late_samples += 1
 
     # ---- readings
 
