@@ -45,6 +45,7 @@ NIC_RELEASE = "ftb_nic_release"     # XDP on leaf host ports: releases the sende
 HOST_PROGRAM = "ftb_host_ingress"
 STAGES = ("ftb_stage_adaptive", "ftb_stage_forward", "ftb_stage_failover",   # tail-call stages, in the order of
           "ftb_stage_int")                                                    # STAGE_* (common.h)
+INT_STAGE = "ftb_stage_int"
 CONTROL_PROGRAM = "ftb_ctl"          # user space's atomic changes to the queue model (run with PROG_TEST_RUN)
 MODES = {"ecmp": 0, "flowlet": 1, "spray": 2, "adaptive": 3, "wcmp": 4, "dlb": 5}
 WCMP_GRANULARITY = {"flow": 0, "flowlet": 1, "packet": 2}
@@ -222,7 +223,10 @@ class Datapath:
                 self._nic = bpf.load_func(NIC_RELEASE.encode(), BPF.XDP)
                 self._host_fn = bpf.load_func(HOST_PROGRAM.encode(), BPF.SCHED_CLS)
                 self._ctl = bpf.load_func(CONTROL_PROGRAM.encode(), BPF.SCHED_CLS)
-                self._stages = [bpf.load_func(name.encode(), BPF.SCHED_CLS) for name in STAGES]
+                # the INT stage only where INT is on: nothing tail-calls it otherwise, and its verification
+                # is time every lab would pay
+                self._stages = [bpf.load_func(name.encode(), BPF.SCHED_CLS)
+                                if name != INT_STAGE or self.int_spec is not None else None for name in STAGES]
             except Exception as e:   # BCC raises bare Exception with the details on stderr
                 log = err.text()
                 first = _first_error(log) or str(e)
@@ -234,7 +238,8 @@ class Datapath:
         try:
             stages = bpf[b"stages"]
             for i, fn in enumerate(self._stages):
-                stages[ct.c_int(i)] = ct.c_int(fn.fd)
+                if fn is not None:
+                    stages[ct.c_int(i)] = ct.c_int(fn.fd)
             self._fill_ports()
             if not self.sm:                    # SM routing: the subnet manager programs the FIB
                 self._fill_fib()
