@@ -114,6 +114,7 @@ class WcmpController:
                     firsts[leaf] = topo.address(h)
             g.targets = list(firsts.values())
         self.groups = [g for g in self.groups if g.targets]
+        self._names = {i: n for n, i in topo.switch_ids.items()}       # switch id → name (INT reports)
         self._by_leaf: dict[str, list[Group]] = {}
         for g in self.groups:
             self._by_leaf.setdefault(g.leaf, []).append(g)
@@ -199,12 +200,11 @@ class WcmpController:
 
     def _int_signals(self) -> dict[int, list[float | None]]:
         """Per group, per member: the mean INT path delay (ns) of the interval's reports through it."""
-        names = {i: n for n, i in self.topo.switch_ids.items()}
         acc: dict[tuple[int, int], list[int]] = {}
         for r in self.collector.take_new():
             if not r.hops:
                 continue
-            g = self._group_of(names.get(r.hops[0].switch_id, ""), r.daddr)
+            g = self._group_of(self._names.get(r.hops[0].switch_id, ""), r.daddr)
             if g is None or r.hops[0].egress not in g.ports:
                 continue
             # the fabric's part of the delay: the sink's hop (its port to the receiving host) is the same on

@@ -483,11 +483,9 @@ class Datapath:
     def _fill_fib(self):
         t = self._bpf[b"fib"]
         for e in self.topo.fib:
-            k = t.Key()
-            k.prefixlen, k.switch_id, k.addr = 32 + e.plen, self.topo.switch_ids[e.switch], _net_u32(e.prefix)
             v = t.Leaf()
             fill_group(v, self.topo, e.ports, self.max_nh)
-            t[k] = v
+            t[self._fib_key(t, e.switch, e.prefix, e.plen)] = v
 
     def port_rates(self) -> dict[int, int]:
         """ifindex → the rate (bit/s) the queue model drains each switch port at now: the link rate, or what a
@@ -499,13 +497,6 @@ class Datapath:
             ps = t[t.Key(ifx)].ps_per_byte
             out[ifx] = 8 * 10**12 // ps if ps else self.topo.port(ifx).rate_bps
         return out
-
-    def group(self, switch: str, prefix: str, plen: int) -> tuple[int, ...]:
-        """The egress ports of the FIB entry (switch, prefix/plen) as the switch program has them now."""
-        self._need()
-        t = self._bpf[b"fib"]
-        v = t[self._fib_key(t, switch, prefix, plen)]
-        return tuple(v.ports[i] for i in range(min(v.n, self.max_nh)))
 
     def set_group_weights(self, switch: str, prefix: str, plen: int, weights: dict[int, int]) -> tuple[int, ...]:
         """Give the FIB entry (switch, prefix/plen) a new WCMP table from integer ``weights`` (egress ifindex →
