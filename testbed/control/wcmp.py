@@ -48,11 +48,11 @@ class WcmpFailed(HelperFailed):
 class Group:
     """One leaf's next-hop group toward a prefix, and the controller's weights of its members."""
 
-    def __init__(self, leaf: str, prefix: str, plen: int, ports: tuple[int, ...]):
-        self.leaf, self.prefix, self.plen = leaf, prefix, plen
-        self.net = ipaddress.IPv4Network(f"{prefix}/{plen}")
-        self.ports = ports
-        self.weights = [1.0 / len(ports)] * len(ports)
+    def __init__(self, entry):
+        """``entry``: the topology's FibEntry of the group."""
+        self.leaf, self.prefix, self.plen, self.net = entry.switch, entry.prefix, entry.plen, entry.network
+        self.ports = tuple(entry.ports)
+        self.weights = [1.0 / len(self.ports)] * len(self.ports)
         self.targets: list[str] = []           # probe destinations: a host of every leaf the group leads to
         self._next = 0
 
@@ -104,8 +104,7 @@ class WcmpController:
         self.rows: list[dict] = []
         self.probes = self.intervals = self.late = 0
         self.error: str | None = None
-        self.groups = [Group(e.switch, e.prefix, e.plen, tuple(e.ports)) for e in topo.fib
-                       if topo.nodes[e.switch].kind == "leaf" and len(e.ports) > 1]
+        self.groups = [Group(e) for e in topo.fib if topo.nodes[e.switch].kind == "leaf" and len(e.ports) > 1]
         for g in self.groups:                          # the first host of every other leaf inside the prefix
             firsts: dict[str, str] = {}
             for h in topo.hosts:
@@ -121,7 +120,7 @@ class WcmpController:
         for gs in self._by_leaf.values():
             gs.sort(key=lambda g: -g.plen)
         # a probe's source address: its leaf's gateway (.254 of the leaf's own prefix)
-        self._gateway = {e.switch: str(ipaddress.IPv4Network(f"{e.prefix}/{e.plen}").network_address + 254)
+        self._gateway = {e.switch: str(e.network.network_address + 254)
                          for e in topo.fib if topo.nodes[e.switch].kind == "leaf" and not e.ports and e.plen <= 24}
         # load: the next switch's ports toward each group's destinations, per (group, member)
         self._down: dict[tuple[int, int], list[int]] = {}
@@ -129,7 +128,7 @@ class WcmpController:
             for p in g.ports:
                 nxt = topo.port(p).peer_node
                 self._down[(id(g), p)] = [q for e in topo.fib if e.switch == nxt and e.ports
-                                          and ipaddress.IPv4Network(f"{e.prefix}/{e.plen}").overlaps(g.net)
+                                          and e.network.overlaps(g.net)
                                           for q in e.ports]
         self._socks: dict[int, socket.socket] = {}
         self._last_c = None

@@ -6,6 +6,7 @@ and its link's rate, buffer and delay — so building the fabric is one batched 
 """
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 
 #: Switch tiers from the hosts up, named after their nodes: leaf (edge), spine (aggregation in a 3-tier
@@ -94,6 +95,10 @@ class FibEntry:
     prefix: str
     plen: int
     ports: tuple[int, ...]
+
+    @property
+    def network(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(f"{self.prefix}/{self.plen}")
 
 
 @dataclass
