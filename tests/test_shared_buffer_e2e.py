@@ -28,13 +28,17 @@ def burst_scenario():
                          switch={"shared_buffer": {"size": SIZE, "alpha": 1}})
 
 
-def resync_models(lb, sw: str, stop: threading.Event) -> None:
+def resync_models(lb, sw: str, stop: threading.Event, raised: list[int]) -> None:
     """What a run's sampler does every 0.1 s, without consuming the depth maxima and peaks the test reads: reset
     a queue model that drifted from the real backlog (a descheduled shaper sends less than its rate — without
-    this the qdisc once held 126 KB more than the model and dropped)."""
+    this the qdisc once held 126 KB more than the model and dropped). ``raised`` gets the largest sum over the
+    switch's queues of what a reset added to the models: the occupancy the program computes can pass the pool
+    by that much (it once read 160 KB of 120 KB), though it never admits a packet beyond it."""
     ports = [p.ifindex for p in lb.topo.ports[sw]]
     while not stop.wait(0.1):
-        lb.datapath.sync_queue_models(ports, lambda leaves: lb.fabric.qdisc_stats([sw], None, leaves))
+        dump, depths = lb.datapath.sync_queue_models(ports, lambda leaves: lb.fabric.qdisc_stats([sw], None, leaves))
+        up = sum(max(0, dump[i][4] - depths[i]) for i in depths if i in dump)
+        raised[0] = max(raised[0], up)
 
 
 @pytest.mark.parametrize("congested", [1, 2])
@@ -53,7 +57,8 @@ def test_a_congested_port_takes_its_dynamic_share_of_the_pool(lab, congested):
     snap = {}
     timer = threading.Timer(1.0, lambda: snap.update(q=lb.datapath.queue_counters(), peak=lb.datapath.shared_peaks()))
     stop = threading.Event()
-    resync = threading.Thread(target=resync_models, args=(lb, "leaf0", stop))
+    raised = [0]
+    resync = threading.Thread(target=resync_models, args=(lb, "leaf0", stop, raised))
     resync.start()
     timer.start()
     try:
@@ -74,12 +79,12 @@ def test_a_congested_port_takes_its_dynamic_share_of_the_pool(lab, congested):
              for p in ports]
     print(f"\n[shared buffer, {congested} congested] mean depth seen {[round(m) for m in means]} B, max "
           f"{[q[(p, 0)].depth_max for p in ports]} B (threshold {share:.0f}), leaf0 peak {peak} B, drops "
-          f"{[q[(p, 0)].drops for p in ports]}")
+          f"{[q[(p, 0)].drops for p in ports]}, resyncs raised the models by ≤ {raised[0]} B")
     for p, m in zip(ports, means):
         assert 0.94 * share <= m <= share, (m, share)                # 0.954–0.988 measured (6 runs)
         assert m > 2 * SIZE / 7                               # far above a static share of the buffer
         assert q[(p, 0)].drops > q0[(p, 0)].drops
-    assert 0.9 * congested * share <= peak <= SIZE + 1514
+    assert 0.9 * congested * share <= peak <= SIZE + 1514 + raised[0], (peak, raised[0])
     assert not qdisc, qdisc
 
 
