@@ -116,7 +116,7 @@ int ftb_switch_ingress(struct __sk_buff *skb)
 		 * the group, paid only while a link is down) */
 		return to_stage(skb, &p, ingress->switch_id, in, 0, STAGE_FAILOVER);
 	}
-	lb_count(fs, slot);
+	lb_count(fs, slot, skb->len);
 	return forward(skb, ingress->switch_id, in, out, &p);
 }
 
@@ -150,7 +150,7 @@ int ftb_stage_failover(struct __sk_buff *skb)
 		return drop(ctx->in, DROP_PORT_DOWN);
 	if (n > 1 || cfg->track)
 		fs = flow_state_of(ctx->sw, &ctx->p);
-	lb_count(fs, slot);
+	lb_count(fs, slot, skb->len);
 	ctx->out = group->ports[slot];
 	stages.call(skb, STAGE_FORWARD);
 	return drop(ctx->in, DROP_BAD_EGRESS);
@@ -172,7 +172,7 @@ int ftb_stage_adaptive(struct __sk_buff *skb)
 	group = fib_lookup(ctx->sw, ctx->p.daddr);
 	if (!cfg || !group)
 		return drop(ctx->in, DROP_NO_ROUTE);
-	slot = ar_slot(cfg, ctx->sw, group, &ctx->p, packet_prio(ctx->sw, ctx->p.tos));
+	slot = ar_slot(cfg, ctx->sw, group, &ctx->p, packet_prio(ctx->sw, ctx->p.tos), skb->len);
 	ftb_opaque(slot);
 	if (slot >= MAX_NH)
 		return drop(ctx->in, DROP_PORT_DOWN);       /* every candidate lost its link */

@@ -29,7 +29,7 @@ fi
 stamp="$VENV/.fabric-testbed-setup"
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 have=$(cat "$stamp" 2>/dev/null || true)
-check='import bcc, pyroute2, pydantic, click, yaml, pandas, matplotlib, scapy, rich, pytest, testbed'
+check='import bcc, pyroute2, pydantic, click, yaml, pandas, matplotlib, networkx, scapy, rich, pytest, testbed'
 if [ "$want" != "$have" ] || ! "$VENV/bin/python" -c "$check" 2>/dev/null \
         || [ ! -x "$VENV/bin/testbed" ]; then
     echo "setup: pip install -e '.[test]'"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Idempotent set-up of what only the tests need (scripts/setup.sh, the quick start's, never installs these):
 #   mininet, bridge-utils  the Mininet baseline test (tests/test_bench_smoke.py; LinuxBridge runs brctl)
+#   chromium               headless rendering of report.html (tests/test_report_html.py)
 # Fast when done: dpkg status first, apt-get only for what is missing.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . scripts/lib.sh
-ensure_packages mininet bridge-utils
-echo "test-setup: ok (mininet, bridge-utils)"
+ensure_packages mininet bridge-utils chromium
+echo "test-setup: ok (mininet, bridge-utils, chromium)"

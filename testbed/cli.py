@@ -1,11 +1,10 @@
-"""The ``testbed`` command: run, up, down, status, exec, sweep, report, doctor, clean, bench, vm.
+"""The ``testbed`` command: run, up, down, status, exec, sweep, report, graph, doctor, clean, bench, vm.
 
 Every failure a user can cause (a wrong key, a missing kernel feature, no root, a name in use) ends as one line
 ``error: …`` on stderr and a non-zero exit, with nothing left in the kernel. FTB_DEBUG=1 shows tracebacks.
 """
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import signal
@@ -28,14 +27,17 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from .fabric.capture import CaptureError
     from .datapath import DatapathError
     from .doctor import MissingFeature
+    from .errors import HelperFailed
     from .fabric import FabricError
     from .lab import LabError
     from .fabric.netns import NetnsError
     from .report import ReportError
     from .runner import RunFailed
+    from .sweep import SweepError
     from .workloads import WorkloadError
     return (scenario_mod.ScenarioError, LabError, FabricError, DatapathError, WorkloadError, CaptureError,
-            MissingFeature, ReportError, NetnsError, RunFailed, FileExistsError, PermissionError, ValueError, OSError)
+            MissingFeature, ReportError, NetnsError, RunFailed, SweepError, HelperFailed, FileExistsError,
+            PermissionError, ValueError, OSError)
 
 
 class Terminated(BaseException):
@@ -79,6 +81,8 @@ def _pick_lab(name: str | None) -> str:
 
 set_option = click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE",
                           help="Override any scenario key, e.g. --set switch.load_balancing=spray (repeatable).")
+metrics_option = click.option("--metrics", metavar="HOST:PORT",
+                              help="Serve live Prometheus metrics there while the lab lives, e.g. 127.0.0.1:9464.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -91,36 +95,48 @@ def cli():
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--out", type=click.Path(file_okay=False), help="Result directory (default results/<run-id>).")
 @set_option
-def run(scenario, out, sets):
+@metrics_option
+def run(scenario, out, sets, metrics):
     """Build the fabric, run the scenario's traffic, sample telemetry, tear down, write CSVs."""
     scen = _load(scenario, sets)
     _need_root("run")
     from . import runner
-    outdir, row = runner.run(scen, out, source=scenario, log=_echo)
+    from .report import write_report
+    try:
+        outdir, row = runner.run(scen, out, source=scenario, log=_echo, metrics=metrics)
+    except runner.RunFailed as e:
+        if e.outdir is not None:
+            write_report(e.outdir)             # the report of what was collected, then the one-line error
+        raise
+    page = write_report(outdir)
     _echo(f"goodput {row.get('goodput_mbps', float('nan')):.1f} Mbit/s of {row.get('offered_mbps', 0):.1f} "
           f"offered; uplink imbalance {row.get('uplink_imbalance', float('nan')):.2f}; "
           f"FCT p99 {row.get('fct_p99_ms', float('nan')):.1f} ms; cpu_bound={row.get('cpu_bound')}")
     click.echo(f"results: {outdir}")
+    click.echo(f"report: {page}")
 
 
 @cli.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--name", help="Lab name (lowercase letters/digits, ≤12; default from the scenario).")
 @set_option
-def up(scenario, name, sets):
+@metrics_option
+def up(scenario, name, sets, metrics):
     """Build a lab and leave it running (containerlab style); `testbed down` removes it."""
     from .lab import Lab, reap_stale
     scen = _load(scenario, sets)
     _need_root("up")
     name = name or (re.sub(r"[^a-z0-9]", "", scen.name.lower())[:12] or "lab")
     reap_stale()
-    with Lab(scen, name, kind="up", keep=True, source=scenario) as lab:
+    with Lab(scen, name, kind="up", keep=True, source=scenario, metrics=metrics) as lab:
         topo = lab.topo
         click.echo(f"lab '{name}' is up: {len(topo.hosts)} hosts, {len(topo.switches)} switches "
                    f"({scen.switch.load_balancing}"
                    + (f", SM routing {scen.switch.sm.engine}" if scen.switch.routing == "sm" else "")
                    + f"); try `testbed exec h0 -- ping -c3 "
                    f"{topo.address(topo.hosts[-1])}`")
+        if metrics is not None:
+            click.echo(f"metrics: http://{metrics}/metrics")
 
 
 @cli.command()
@@ -192,53 +208,86 @@ def exec_(lab_name, node, cmd):
 
 @cli.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@click.option("--vary", "varies", multiple=True, required=True, metavar="KEY.PATH=V1,V2,…",
+@click.option("--vary", "varies", multiple=True, metavar="KEY.PATH=V1,V2,…",
               help="A key and the values to try (repeatable: the runs are every combination).")
+@click.option("--seeds", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Run every combination N times, with scenario seed base, base+1, …, base+N-1 (base: the "
+                   "scenario's seed, default 1).")
 @click.option("--out", type=click.Path(file_okay=False), help="Sweep directory (default results/sweep-<time>).")
+@click.option("--resume", is_flag=True, help="Continue an interrupted sweep in --out: skip its completed runs.")
+@click.option("--include-flagged", is_flag=True,
+              help="Keep cpu_bound runs in comparison.csv's means (excluded by default).")
 @set_option
-def sweep(scenario, varies, out, sets):
-    """Run a scenario once per combination of --vary values and join the summaries into sweep.csv."""
+def sweep(scenario, varies, seeds, out, resume, include_flagged, sets):
+    """Run a scenario for every combination of --vary values (× --seeds); write sweep.csv and comparison.csv."""
     import datetime as dt
 
+    from rich.console import Console
+
     from . import report, runner
-    axes = []
-    for v in varies:
-        key, sep, values = v.partition("=")
-        if not sep or not values:
-            raise UserError(f"--vary {v!r}: expected key.path=v1,v2")
-        axes.append([(key, x) for x in values.split(",")])
-    combos = list(itertools.product(*axes))
-    scens = [_load(scenario, sets + tuple(f"{k}={x}" for k, x in combo)) for combo in combos]   # validate all
+    from . import sweep as sweep_mod
+    if resume and not out:
+        raise UserError("--resume needs --out: the directory of the sweep to continue")
+    runs = sweep_mod.plan(scenario, sets, varies, seeds)          # every scenario validated before root/build
     _need_root("sweep")
     outdir = Path(out) if out else runner.RESULTS_DIR / f"sweep-{dt.datetime.now():%Y%m%d-%H%M%S}"
-    dirs, failed = [], []
-    for i, (combo, scen) in enumerate(zip(combos, scens)):
-        label = "_".join(f"{k.rsplit('.', 1)[-1]}-{x}" for k, x in combo)
-        _echo(f"[{i + 1}/{len(combos)}] {label}")
-        d = outdir / f"{i:02d}-{re.sub(r'[^A-Za-z0-9_.-]', '', label)}"
-        try:
-            runner.run(scen, d, source=scenario, log=_echo)
-        except runner.RunFailed as e:             # its partial results are written; the sweep goes on
-            _echo(f"error: run {label} failed: {e}")
-            failed.append(label)
-        dirs.append(d)
-    df = report.sweep_table(dirs)
-    report.write_sweep(outdir, df)
-    shown = ("run_dir", "profile", "load_balancing", "goodput_mbps", "uplink_imbalance", "fct_p99_ms", "cpu_bound")
-    cols = [c for c in shown if c in df.columns and (c != "profile" or df[c].notna().any())]
-    click.echo(df[cols].to_string(index=False))
-    click.echo(f"results: {outdir / 'sweep.csv'}")
-    if failed:
-        raise UserError(f"{len(failed)} of {len(combos)} runs failed ({', '.join(failed)}); see their manifest.json")
+    res = sweep_mod.execute(scenario, sets, varies, seeds, outdir, runs=runs, resume=resume,
+                            include_flagged=include_flagged, console=Console(stderr=True))
+    click.echo(sweep_mod.render(res))
+    click.echo(f"results: {outdir / 'sweep.csv'}, {outdir / 'comparison.csv'}")
+    flagged = int(res.comparison["flagged_runs"].sum()) if len(res.comparison) else 0
+    if flagged:
+        scen = runs[0].scen
+        _echo(f"warning: {flagged} run(s) were cpu_bound (the emulator, not the fabric, was the bottleneck) and "
+              + ("are kept in the means (--include-flagged)" if include_flagged else "are left out of the means")
+              + f"; scale the link rates down until no run is flagged, e.g. {sweep_mod.scale_hint(scen)}")
+    page = report.write_report(outdir)
+    click.echo(f"report: {page}")
+    if res.failed and res.failed == len(res.sweep):
+        raise UserError(f"every run failed ({res.failed}), e.g. {res.sweep['failed'].iloc[0]}; see sweep.csv")
+    if res.failed:
+        _echo(f"warning: {res.failed} of {res.total} runs failed (status=failed in sweep.csv, left out of the "
+              f"means): the `failed` column says why")
 
 
 @cli.command(name="report")
 @click.argument("result_dir", type=click.Path())
 def report_(result_dir):
-    """Recompute summary.csv and the plots of a result directory."""
+    """Recompute summary.csv and the plots of a run directory, then write report.html and report.md (a sweep
+    directory: the report of its sweep.csv / comparison.csv and runs)."""
     from . import report
-    row = report.report(result_dir)
-    click.echo(", ".join(f"{k}={v}" for k, v in row.items() if k in report.SUMMARY_COLUMNS))
+    if not (Path(result_dir) / report.SWEEP_CSV).is_file():
+        row = report.report(result_dir)
+        click.echo(", ".join(f"{k}={v}" for k, v in row.items() if k in report.SUMMARY_COLUMNS))
+    click.echo(f"report: {report.write_report(result_dir)}")
+
+
+@cli.command()
+@click.argument("source", type=click.Path())
+@click.option("--out", type=click.Path(dir_okay=False),
+              help="A .png or .svg file [default: DIR/topology.png, or <scenario name>-topology.png here].")
+@set_option
+def graph(source, out, sets):
+    """Draw the topology of a SCENARIO file or a run DIR by tier (hosts, leaves, spines, cores); from a run
+    directory every link is coloured by its mean utilisation."""
+    from .report import ReportError
+    from .report.figures import topology_graph
+    from .report.graph import draw, from_topology, save
+    from .report.study import Run
+    from .topology import build
+    if Path(source).is_dir():
+        if sets:
+            raise UserError("--set applies to a scenario file, not to a run directory")
+        run = Run(Path(source))
+        fig, how = topology_graph(run, f"{Path(source).name}: links coloured by mean utilisation")
+        if fig is None:
+            raise ReportError(f"{source}: not a run directory ({how})")
+        path = Path(out) if out else Path(source) / "topology.png"
+    else:
+        scen = _load(source, sets)
+        fig = draw(from_topology(build(scen.topology)), None, f"{scen.name}: {scen.topology.kind} topology")
+        path = Path(out) if out else Path(f"{scen.name}-topology.png")
+    click.echo(f"graph: {save(fig, path)}")
 
 
 @cli.command()

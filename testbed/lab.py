@@ -127,8 +127,11 @@ def clean_all() -> tuple[int, int]:
 class Lab:
     """Context manager: build on enter; tear down on exit unless ``keep`` (``testbed up``)."""
 
-    def __init__(self, scen: Scenario, name: str, kind: str = "run", keep: bool = False, source: str = ""):
+    def __init__(self, scen: Scenario, name: str, kind: str = "run", keep: bool = False, source: str = "",
+                 metrics: str | None = None):
+        """``metrics``: HOST:PORT to serve live Prometheus metrics on while the lab lives (telemetry/live.py)."""
         self.scen, self.name, self.kind, self.keep, self.source = scen, check_name(name), kind, keep, source
+        self.metrics = metrics
         self.topo = topology.build(scen.topology)
         self.ports = port_configs(self.topo, scen.switch, scen.hosts.pfc,  # every port's egress, built once
                                   scen.fabric_mtu)
@@ -140,6 +143,11 @@ class Lab:
         self.routing_results: dict = {}
         self.scheduler = None                  # the failure scheduler (control/failures.py) when there are failures
         self.scheduler_results: dict = {}
+        self.exporter = None                   # the live metrics exporter (telemetry/live.py) with ``metrics``
+        self.exporter_results: dict = {}
+        if metrics is not None:                # a malformed address is refused before anything is built
+            from .telemetry.live import parse_address
+            parse_address(metrics)
         self.failures: list[str] = []           # helpers that failed (one line each), for the run to report
         self.warnings = headroom_warnings(self.ports, scen.switch)
         if scen.switch.credit_on:                 # refused here, before anything is built
@@ -167,16 +175,27 @@ class Lab:
         self._write_state()
         try:
             from concurrent.futures import ThreadPoolExecutor
+            from concurrent.futures import wait as wait_futures
 
             from .datapath import Datapath
             self.datapath = Datapath(self.topo, self.scen.switch, self.ports, self.scen.telemetry.int)
             # BCC compiles in C without the GIL: overlap it with the kernel building the fabric
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcc")
-            compiled = pool.submit(self.datapath.load)
+            compiled = None
             try:
+                compiled = pool.submit(self.datapath.load)
                 self.fabric.build()
             finally:
-                pool.shutdown(wait=True)
+                # Ctrl-C while BCC compiles: let it finish before tearing down — it holds fd 2 (quiet_stderr:
+                # what the teardown and the CLI print meanwhile would be lost) and closing the datapath under it
+                # can crash BCC. If the join itself is interrupted, wait on the future (a Thread.join once
+                # interrupted does not wait again).
+                try:
+                    pool.shutdown(wait=True)
+                except BaseException:
+                    if compiled is not None:
+                        wait_futures([compiled])
+                    raise
             compiled.result()
             self.fabric.attach_ingress(self.datapath.ingress_fd, self.datapath.ingress_name)
             self.fabric.attach_nic_release(self.datapath.nic_release_fd)
@@ -202,6 +221,12 @@ class Lab:
                 self.scheduler.detach = self.keep
                 self.scheduler.start()
                 self._helper("failure-scheduler", self.scheduler.pid)
+            if self.metrics is not None:
+                from .telemetry.live import MetricsExporter
+                self.exporter = MetricsExporter(self.name, self.datapath, self.topo, self.metrics)
+                self.exporter.detach = self.keep
+                self.exporter.start()
+                self._helper("metrics-exporter", self.exporter.pid)
         except BaseException:
             self.close(force=True)
             raise
@@ -235,9 +260,9 @@ class Lab:
         os.replace(tmp, state_path(self.name))
 
     def check(self) -> None:
-        """Raise HelperFailed if a helper process of the lab (PFC agent, routing agent, failure scheduler) has
-        died."""
-        for h in (self.pfc, self.routing, self.scheduler):
+        """Raise HelperFailed if a helper process of the lab (PFC agent, routing agent, failure scheduler, metrics
+        exporter) has died."""
+        for h in (self.pfc, self.routing, self.scheduler, self.exporter):
             if h is not None:
                 h.check()
 
@@ -250,7 +275,7 @@ class Lab:
         if self.keep and not force:
             return
         try:
-            for attr in ("scheduler", "routing", "pfc"):         # the failures first, the reaction last
+            for attr in ("exporter", "scheduler", "routing", "pfc"):   # the failures first, the reaction last
                 h = getattr(self, attr)
                 if h is None:
                     continue

@@ -34,6 +34,10 @@ TIMELINE_BIN_S = 0.01          # runs with failures: receivers count bytes per 1
 class RunFailed(Exception):
     """The run stopped early; the message is one line (what failed, where the partial results are)."""
 
+    def __init__(self, msg: str, outdir: Path | None = None):
+        super().__init__(msg)
+        self.outdir = outdir       # the partial results, when they were written
+
 
 def new_run_id(scen: Scenario) -> str:
     return f"{scen.name}-{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
@@ -84,7 +88,7 @@ def _traffic(scen: Scenario, lab: Lab, origin: float, check: Callable[[], None],
              log: Callable[[str], None]) -> Traffic:
     topo, tr = lab.topo, scen.traffic
     duration_s = scen.duration / 1e9
-    packet_size = scen.traffic.packet_size or scen.topology.mtu
+    packet_size = scen.packet_size
     sndbuf = min(workloads.DEFAULT_SNDBUF, scen.topology.host_link.buffer * 3 // 4)
     ns_of = lab.fabric.ns.__getitem__
     out = Traffic()
@@ -116,11 +120,17 @@ def _traffic(scen: Scenario, lab: Lab, origin: float, check: Callable[[], None],
     return out
 
 
-def _flow_rows(topo, traffic: Traffic, used: dict[int, int]) -> list[dict]:
+def _flow_rows(topo, traffic: Traffic, used: dict[int, int], packet_size: int) -> list[dict]:
+    from .workloads.fct import IdealFct
+    ideal_of = IdealFct(topo, packet_size)
     rows = []
     for i, (f, r) in enumerate(zip(traffic.flows, traffic.results)):
         row = r.to_dict()
         row["paths_used"] = used.get(f.flow_id, 0)
+        if f.size_bytes is not None:
+            ideal = ideal_of(f)
+            row["ideal_fct_s"] = ideal
+            row["slowdown"] = r.fct_s / ideal if ideal and r.fct_s is not None and r.complete else None
         row["src_leaf"] = topo.leaf_of(f.src, f.rail)
         row["dst_leaf"] = topo.leaf_of(f.dst, f.to_rail)
         row["dst_rail"] = f.to_rail
@@ -131,6 +141,18 @@ def _flow_rows(topo, traffic: Traffic, used: dict[int, int]) -> list[dict]:
     return rows
 
 
+def _cc_rows(traffic) -> list[dict] | None:
+    """cc.csv rows: every flow's CC trace (None when no flow ran a congestion control)."""
+    traces = (traffic.info or {}).get("cc_traces")
+    if not traces:
+        return None
+    return [{"flow_id": fid, "time_s": t, "cwnd_bytes": w, "rate_bps": r}
+            for fid, rows in sorted(traces.items()) for t, w, r in rows]
+
+
+STEAL_NOTE = 0.02      # a run whose mean steal share reaches this is worth a degradation line
+
+
 def _degradations(sampler, lab: Lab, acct, traffic: Traffic) -> list[str]:
     out = list(sampler.degradations)
     if sampler.late_samples:
@@ -138,6 +160,10 @@ def _degradations(sampler, lab: Lab, acct, traffic: Traffic) -> list[str]:
                    f"intervals are longer)")
     if acct.why:                               # no per-core accounting, or its cgroup was left behind
         out.append(f"cpu guard: {acct.why}")
+    steal = [f for _, f in sampler.cpu.steal]
+    if steal and sum(steal) / len(steal) >= STEAL_NOTE:
+        out.append(f"cpu guard: the hypervisor took {sum(steal) / len(steal):.0%} of the machine's CPU time "
+                   f"(steal; {max(steal):.0%} in the worst sample): the emulated links lost that time too")
     pfc = lab.pfc_results or {}
     out += pfc.get("degradations", [])
     if pfc.get("error_count"):
@@ -226,9 +252,9 @@ def _manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic,
 
 
 def run(scen: Scenario, out: str | Path | None = None, source: str = "",
-        log: Callable[[str], None] = lambda s: None) -> tuple[Path, dict]:
+        log: Callable[[str], None] = lambda s: None, metrics: str | None = None) -> tuple[Path, dict]:
     """Run the scenario; return (result directory, summary row). Raises RunFailed (after writing what it has)
-    when a helper or traffic agent failed."""
+    when a helper or traffic agent failed. ``metrics``: HOST:PORT to serve live Prometheus metrics on."""
     from . import doctor
 
     run_id = new_run_id(scen)
@@ -245,7 +271,7 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
     failures: list[str] = []
     traffic = Traffic()
     with telemetry.LabCpuAccount(lab_name) as acct:
-        with Lab(scen, lab_name, source=source) as lab:
+        with Lab(scen, lab_name, source=source, metrics=metrics) as lab:
             topo = lab.topo
             log(f"fabric up: {len(topo.hosts)} hosts, {len(topo.switches)} switches, {len(topo.links)} links "
                 f"({sum(lab.fabric.timings.values()):.2f} s); datapath {scen.switch.load_balancing}"
@@ -254,6 +280,8 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
                 + (f", {len(scen.failures)} failure event(s)" if scen.failures else ""))
             for w in lab.warnings:
                 log(f"warning: {w}")
+            if metrics is not None:
+                log(f"metrics: http://{metrics}/metrics")
             if scen.traffic.engine == "tcp" and scen.traffic.ecn != "none":
                 for h in topo.hosts:
                     netns.write_sysctl(lab.fabric.ns[h], "net.ipv4.tcp_ecn", 1)
@@ -310,6 +338,7 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
                          drops=drops, resyncs=resyncs, timings=timings, pcaps=pcaps, origin=origin)
     manifest["int"] = dict(int_stats, fabric_mtu=scen.fabric_mtu) if int_stats is not None else None
     manifest["wcmp_controller"] = controller.health() if controller is not None else None
+    manifest["metrics"] = lab.exporter_results or None
     fail_rows = None
     if scen.failures:
         from .control.failures import rows as failure_rows
@@ -321,9 +350,10 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
                                                    scen.duration / 1e9),
             "queue_model_error": manifest["qos"]["queue_model_error"]["mean"],
             "failed": failures[0] if failures else None, "profile": scen.profile}
-    row = report.write_run(outdir, manifest, sampler.rows, _flow_rows(topo, traffic, used), sampler.cpu.result(),
-                           meta, collectives=traffic.collectives, failures=fail_rows, sm=_sm_rows(topo, lab, origin),
-                           int_rows=int_rows, weights=controller.rows if controller is not None else None)
+    row = report.write_run(outdir, manifest, sampler.rows, _flow_rows(topo, traffic, used, scen.packet_size),
+                           sampler.cpu.result(), meta, collectives=traffic.collectives, failures=fail_rows, sm=_sm_rows(topo, lab, origin),
+                           int_rows=int_rows, weights=controller.rows if controller is not None else None,
+                           cc=_cc_rows(traffic))
     if failures:
-        raise RunFailed(f"{failures[0]} (results collected so far: {outdir})")
+        raise RunFailed(f"{failures[0]} (results collected so far: {outdir})", outdir)
     return outdir, row

@@ -330,6 +330,16 @@ class SharedBufferSpec(Strict):
     xon_offset: Size = units.size_bytes("3KB")        # Xon once the ingress is this far below the threshold
 
 
+class TrimSpec(Strict):
+    """Packet trimming (as UEC switches do): a RoCEv2 packet of a lossy priority that would overflow its egress
+    queue, or find it deeper than `threshold`, is cut to its headers (IP + UDP + 64 bytes: BTH and the transport
+    header), flagged (BTH byte 4, bit 0x20) and sent on `priority`, so its receiver learns of the loss at once
+    instead of after a timeout (ebpf/lib/trim.h)."""
+    enabled: bool = False
+    threshold: Optional[Size] = None                  # queue depth that trims; None = the port's buffer
+    priority: Priority = 7                            # where trimmed headers go (a lossy priority of their own)
+
+
 EcnMap = Union[EcnSpec, dict[Priority, EcnSpec], None]
 
 
@@ -341,6 +351,7 @@ class QosSpec(Strict):
     pfc: Optional[PfcSpec] = None
     credit: Optional[CreditSpec] = None
     shared_buffer: Optional[SharedBufferSpec] = None
+    trim: Optional[TrimSpec] = None
 
 
 class AdaptiveSpec(Strict):
@@ -410,6 +421,7 @@ class SwitchSpec(Strict):
     pfc: PfcSpec = PfcSpec()
     credit: CreditSpec = CreditSpec()
     shared_buffer: Optional[SharedBufferSpec] = None    # None: every (port, priority) has its own `buffer`
+    trim: TrimSpec = TrimSpec()
     tiers: dict[Literal[TIERS], QosSpec] = {}
 
     @property
@@ -428,7 +440,7 @@ class SwitchSpec(Strict):
         return ResolvedQos(buffer=o.buffer if o.buffer is not None else self.buffer,
                            traffic_classes=o.traffic_classes or self.traffic_classes,
                            ecn=dict(ecn or {}), pfc=o.pfc or self.pfc, credit=o.credit or self.credit,
-                           shared_buffer=o.shared_buffer or self.shared_buffer)
+                           shared_buffer=o.shared_buffer or self.shared_buffer, trim=o.trim or self.trim)
 
     @property
     def classes_on(self) -> bool:
@@ -436,7 +448,7 @@ class SwitchSpec(Strict):
         priority (flow control pauses or meters one class)."""
         for t in TIERS:                 # a tier the topology lacks is refused in Scenario, so all may be read
             q = self.qos(t)
-            if q.flow_control or q.traffic_classes.dscp or q.traffic_classes.default:
+            if q.flow_control or q.traffic_classes.dscp or q.traffic_classes.default or q.trim.enabled:
                 return True
         return False
 
@@ -448,6 +460,11 @@ class SwitchSpec(Strict):
     def shared_buffer_on(self) -> bool:
         return any(self.qos(t).shared_buffer for t in TIERS)
 
+    def trim_priority(self, tiers) -> Optional[int]:
+        """The priority trimmed headers travel on (every switch of ``tiers`` classifies them to it), or None when
+        no tier trims. One for the fabric: Scenario refuses tiers that disagree."""
+        return next((self.qos(t).trim.priority for t in tiers if self.qos(t).trim.enabled), None)
+
 
 class ResolvedQos(Strict):
     buffer: Optional[int]
@@ -456,6 +473,7 @@ class ResolvedQos(Strict):
     pfc: PfcSpec
     credit: CreditSpec
     shared_buffer: Optional[SharedBufferSpec] = None
+    trim: TrimSpec = TrimSpec()
 
     @property
     def headroom(self) -> int:
@@ -477,7 +495,8 @@ class ResolvedQos(Strict):
 
     def priorities(self) -> list[int]:
         tc = self.traffic_classes
-        return sorted({tc.default, *tc.dscp.values(), *tc.lossless})
+        trim = [self.trim.priority] if self.trim.enabled else []      # trimmed headers' queue and class
+        return sorted({tc.default, *tc.dscp.values(), *tc.lossless, *trim})
 
 
 class HostsSpec(Strict):
@@ -491,8 +510,12 @@ class IncastSpec(Strict):
 
 class RoceSpec(Strict):
     """Options of the built-in RoCEv2 engine (``traffic.engine: roce``)."""
-    entropy: Literal["qp", "packet"] = "qp"        # qp: one UDP source port per QP; packet: cycle per packet
-    entropy_values: int = Field(8, ge=1, le=4096)   # source ports cycled over with entropy: packet
+    entropy: Literal["qp", "packet", "reps", "bitmap"] = "qp"   # qp: one UDP source port per QP; packet: cycle
+                                                    # per packet; reps/bitmap: path-aware (roce/entropy.py)
+    entropy_values: Optional[int] = Field(None, ge=1, le=4096)   # source ports a flow sprays over (None: 8 for
+                                                    # packet, 256 for reps/bitmap)
+    penalty_decay: Optional[Annotated[int, *_unit(units.time_ns), Field(ge=1000)]] = None   # bitmap: one
+                                                    # penalty point decays per this long (None: one smoothed RTT)
     message_size: Optional[Size] = None             # RDMA WRITE size; None = the whole flow (1MB for duration flows)
     mtu: Optional[Literal[256, 512, 1024, 2048, 4096]] = None   # IB path MTU; None = largest fitting packet_size
     rto: Annotated[int, *_unit(units.time_ns), Field(ge=100_000)] = units.time_ns("10ms")
@@ -503,6 +526,13 @@ class RoceSpec(Strict):
     ce_prob: float = Field(0.0, ge=0.0, le=1.0)     # test-only: sender CE-marks this fraction of packets
     batch: int = Field(8, ge=1, le=32)              # same-size packets per UDP GSO sendmsg (entropy qp only);
                                                     # 1 = one sendmsg per packet with UDP checksum 0
+
+    @property
+    def values(self) -> int:
+        """Entropy values a flow uses: 1 for qp, else entropy_values or its mode's default."""
+        if self.entropy == "qp":
+            return 1
+        return self.entropy_values or (8 if self.entropy == "packet" else 256)
 
 
 class RxeSpec(Strict):
@@ -525,6 +555,80 @@ class DcqcnSpec(Strict):
     min_rate: Optional[Rate] = None
 
 
+class NsccSpec(Strict):
+    """NSCC parameters (testbed/workloads/roce/cc/nscc.py); None = the scaled default (README: congestion control)."""
+    base_rtt: Optional[Time] = None           # None = estimated from the topology
+    target_qdelay: Optional[Time] = None
+    init_cwnd: Optional[Size] = None
+    min_cwnd: Optional[Size] = None
+    max_cwnd: Optional[Size] = None
+    alpha: Optional[float] = Field(None, gt=0)
+    fi: Optional[Size] = None                 # fair increase, bytes per RTT
+    gamma: Optional[float] = Field(None, gt=0, le=1)
+    max_md: Optional[float] = Field(None, gt=0, lt=1)
+
+
+class SwiftSpec(Strict):
+    """Swift parameters (cc/swift.py); windows in bytes, fs_min/max_cwnd in packets."""
+    base_rtt: Optional[Time] = None
+    ai: Optional[float] = Field(None, gt=0)
+    beta: Optional[float] = Field(None, gt=0, le=1)
+    max_mdf: Optional[float] = Field(None, gt=0, lt=1)
+    base_target: Optional[Time] = None
+    hop_scale: Optional[Time] = None
+    fs_range: Optional[Time] = None
+    fs_min_cwnd: Optional[float] = Field(None, gt=0)
+    fs_max_cwnd: Optional[float] = Field(None, gt=0)
+    min_cwnd: Optional[Size] = None
+    max_cwnd: Optional[Size] = None
+    init_cwnd: Optional[Size] = None
+    hops: Optional[int] = Field(None, ge=0, le=16)
+    retx_reset: Optional[int] = Field(None, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _fs_order(self):
+        if self.fs_min_cwnd is not None and self.fs_max_cwnd is not None and self.fs_min_cwnd >= self.fs_max_cwnd:
+            raise ValueError(f"fs_max_cwnd: must be > fs_min_cwnd ({self.fs_min_cwnd}), got {self.fs_max_cwnd}")
+        return self
+
+
+class TimelySpec(Strict):
+    """TIMELY parameters (cc/timely.py)."""
+    base_rtt: Optional[Time] = None
+    alpha: Optional[float] = Field(None, gt=0, le=1)
+    beta: Optional[float] = Field(None, gt=0, le=1)
+    t_low: Optional[Time] = None
+    t_high: Optional[Time] = None
+    delta: Optional[Rate] = None
+    segment: Optional[Size] = None
+    hai_after: Optional[int] = Field(None, ge=1, le=1000)
+    hai_n: Optional[int] = Field(None, ge=1, le=1000)
+    min_rate: Optional[Rate] = None
+    loss_factor: Optional[float] = Field(None, gt=0, le=1)
+
+
+class HpccSpec(Strict):
+    """HPCC parameters (cc/hpcc.py)."""
+    base_rtt: Optional[Time] = None
+    eta: Optional[float] = Field(None, gt=0, le=1)
+    max_stage: Optional[int] = Field(None, ge=0, le=100)
+    w_init: Optional[Size] = None
+    w_ai: Optional[float] = Field(None, gt=0)        # bytes per RTT
+    expected_flows: Optional[int] = Field(None, ge=1, le=100000)
+    qlen_allowance: Optional[Annotated[int, *_unit(units.size_bytes), Field(ge=0)]] = None   # bytes of each INT
+                                              # queue reading not counted (None = one packet; 0 = the paper's rule)
+
+
+class EqdsSpec(Strict):
+    """EQDS receiver-credit parameters (cc/eqds.py)."""
+    base_rtt: Optional[Time] = None
+    credit: Optional[Size] = None             # bytes per grant
+    unsolicited: Optional[Size] = None        # the first window a sender may send without credit
+    overcommit: Optional[float] = Field(None, ge=1, le=2)
+    credit_ttl: Optional[Time] = None
+    max_outstanding: Optional[Size] = None
+
+
 class JobSpec(Strict):
     """One collective job: ``iterations`` × (the collective, then ``gap`` of compute)."""
     name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,40}$")
@@ -544,11 +648,16 @@ class JobSpec(Strict):
 
 class TrafficSpec(Strict):
     engine: Literal["udp", "tcp", "roce", "rxe"] = "udp"
-    pattern: Literal["pairs", "permutation", "all-to-all", "incast", "allreduce"] = "permutation"
+    pattern: Literal["pairs", "permutation", "all-to-all", "incast", "allreduce", "poisson"] = "permutation"
     receiver: Literal["gbn", "ooo"] = "gbn"      # RoCE: go-back-N (as NICs do) or reordering-tolerant
-    cc: Literal["none", "dcqcn"] = "none"        # RoCE congestion control
+    cc: Literal["none", "dcqcn", "nscc", "swift", "timely", "hpcc", "eqds", "nscc+eqds"] = "none"   # RoCE CC
     roce: RoceSpec = RoceSpec()
     dcqcn: DcqcnSpec = DcqcnSpec()
+    nscc: NsccSpec = NsccSpec()
+    swift: SwiftSpec = SwiftSpec()
+    timely: TimelySpec = TimelySpec()
+    hpcc: HpccSpec = HpccSpec()
+    eqds: EqdsSpec = EqdsSpec()
     rxe: RxeSpec = RxeSpec()
     jobs: list[JobSpec] = []                     # collectives; when given, `pattern` and `pairs` are not used
     pairs: list[tuple[NodeName, NodeName]] = []
@@ -564,6 +673,32 @@ class TrafficSpec(Strict):
     dscp: int = Field(0, ge=0, le=63)         # DSCP of every flow's packets (IP_TOS)
     rail_shift: int = Field(0, ge=0, le=7)    # flow on rail r goes to the destination's NIC on rail r + shift
     ecn: Literal["none", "ect0", "ect1"] = "none"   # ECN codepoint UDP senders put on their packets
+    load: Optional[float] = Field(None, gt=0, le=1)   # poisson: each host's offered load, share of its link rate
+    size_dist: Optional[str] = None           # poisson: websearch | hadoop | alistorage | a CDF file (sizes.py)
+    arrival_window: Optional[Time] = None     # poisson: flows arrive this long after `start`; None = half the rest
+
+    @model_validator(mode="after")
+    def _poisson(self):
+        given = [k for k in ("load", "size_dist", "arrival_window") if getattr(self, k) is not None]
+        if self.pattern != "poisson" or self.jobs:
+            if given:
+                raise ValueError(f"{given[0]}: applies to pattern 'poisson' only (pattern is {self.pattern!r})")
+            return self
+        if self.load is None or self.size_dist is None:
+            raise ValueError("load: pattern 'poisson' needs load (e.g. 0.5) and size_dist "
+                             "(websearch | hadoop | alistorage | FILE)")
+        if self.flow_size is not None:
+            raise ValueError("flow_size: pattern 'poisson' draws each flow's size from size_dist")
+        if self.engine == "rxe":
+            raise ValueError("engine: pattern 'poisson' runs on the built-in engines (udp, tcp, roce)")
+        from .workloads.sizes import SizeDistError, resolve
+        try:
+            resolve(self.size_dist)
+        except SizeDistError as e:
+            raise ValueError(str(e)) from None
+        if self.arrival_window is not None and self.arrival_window <= 0:
+            raise ValueError("arrival_window: must be > 0")
+        return self
 
     @model_validator(mode="after")
     def _pairs_needed(self):
@@ -575,6 +710,10 @@ class TrafficSpec(Strict):
             raise ValueError("engine: collectives run on the built-in engines (roce, udp, tcp), not on rxe/perftest")
         if (self.receiver != "gbn" or self.cc != "none") and self.engine not in ("roce",):
             raise ValueError(f"engine: receiver/cc apply to the RoCE engine (engine: roce), got {self.engine!r}")
+        for fam in ("nscc", "swift", "timely", "hpcc", "eqds"):      # parameters of a CC that does not run
+            given = any(v is not None for v in getattr(self, fam).model_dump().values())
+            if given and fam not in self.cc.split("+"):
+                raise ValueError(f"{fam}: parameters given but traffic.cc is {self.cc!r}")
         return self
 
     @property
@@ -693,6 +832,7 @@ class Scenario(Strict):
         self._pfc_does_something()
         self._shared_buffer_fits()
         self._int_fits()
+        self._trim_can_trim()
         self._wcmp_source_fits()
         self._failures_fit()
         for a, b in self.traffic.pairs:
@@ -775,6 +915,11 @@ class Scenario(Strict):
                                  f"classes (switch.traffic_classes / pfc) are not supported")
 
     @property
+    def packet_size(self) -> int:
+        """The IP packet size the traffic engines send: `traffic.packet_size`, or the topology's MTU."""
+        return self.traffic.packet_size or self.topology.mtu
+
+    @property
     def fabric_mtu(self) -> int:
         """The MTU of links between switches: the topology's, plus room for the largest INT stack when INT is on
         (as fabrics run 9216 under hosts' 9000), unless `telemetry.int.fabric_mtu` says otherwise."""
@@ -811,6 +956,48 @@ class Scenario(Strict):
         if self.traffic.wire_dscp & 1:
             raise ValueError(f"@traffic.dscp: INT marks instrumented packets with DSCP bit 0; "
                              f"{self.traffic.wire_dscp} is odd, use an even DSCP")
+
+    def _trim_can_trim(self) -> None:
+        """Trimming cuts RoCEv2 data packets of a lossy priority to their BTH: refuse a configuration under which
+        it never could (other engines, the traffic lossless or on the trim priority itself), tiers that send
+        trimmed headers to different priorities, and INT, whose stack would sit where the BTH is cut."""
+        sw, t = self.switch, self.traffic
+        on = {tier: sw.qos(tier) for tier in self.topology.tiers if sw.qos(tier).trim.enabled}
+        if not on:
+            return
+
+        def where(tier: str, key: str) -> str:
+            o = sw.tiers.get(tier)
+            return f"switch.tiers.{tier}.trim.{key}" if o and o.trim is not None else f"switch.trim.{key}"
+        first = next(iter(on))
+        prio = on[first].trim.priority
+        for tier, q in on.items():
+            if q.trim.priority != prio:
+                raise ValueError(f"@{where(tier, 'priority')}: trimmed headers go to one priority fabric-wide "
+                                 f"(every hop classifies them to it); the {first} switches use {prio}, the {tier} "
+                                 f"switches {q.trim.priority}")
+            if q.trim.priority in q.lossless:
+                raise ValueError(f"@{where(tier, 'priority')}: priority {q.trim.priority} is lossless at the {tier} "
+                                 f"switches; trimmed headers need a lossy priority of their own")
+        if self.telemetry.int.enabled:
+            raise ValueError(f"@{where(first, 'enabled')}: not with telemetry.int.enabled: the INT stack sits "
+                             f"between the UDP header and the BTH, where a trim cuts; turn one of them off")
+        if t.engine != "roce":
+            raise ValueError(f"@{where(first, 'enabled')}: trims the built-in RoCE engine's packets (UDP 4791, "
+                             f"traffic.engine: roce), whose receiver reads a trimmed header; traffic.engine "
+                             f"{t.engine} would have nothing trimmed (or, rxe, cannot use it)")
+        d = t.wire_dscp
+        for tier, q in on.items():
+            tc = q.traffic_classes
+            p = tc.dscp.get(d, tc.default)
+            if p == q.trim.priority:
+                raise ValueError(f"@{where(tier, 'priority')}: the traffic (DSCP {d}) is on priority {p} itself at "
+                                 f"the {tier} switches, the queue trimmed headers would join; choose another")
+        if all(t_q.traffic_classes.dscp.get(d, t_q.traffic_classes.default) in t_q.lossless for t_q in on.values()):
+            q = on[first]
+            raise ValueError(f"@{where(first, 'enabled')}: the traffic (DSCP {d} → priority "
+                             f"{q.traffic_classes.dscp.get(d, q.traffic_classes.default)}) is lossless wherever "
+                             f"trimming is on, so nothing would ever be trimmed; trim a lossy priority")
 
     def _pfc_does_something(self) -> None:
         """Flow control (PFC or credits) that could never act is a mistake, not a configuration: refuse it with
@@ -989,6 +1176,9 @@ def load(path: str | Path, overrides: tuple[str, ...] = ()) -> Scenario:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ScenarioError(f"{path}:{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    dist = ((doc or {}).get("traffic") or {}).get("size_dist") if isinstance(doc, dict) else None
+    if isinstance(dist, str) and (path.parent / dist).is_file() and not Path(dist).is_absolute():
+        doc["traffic"]["size_dist"] = str((path.parent / dist).resolve())     # a CDF file beside the scenario
     try:
         scen = from_dict(doc, overrides)
     except ScenarioError as e:

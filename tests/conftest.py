@@ -37,6 +37,79 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+def _machine_times() -> tuple[float, float, float]:
+    """(steal, busy outside this test process and its children, total) CPU seconds of the whole machine."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = v
+    tick = os.sysconf("SC_CLK_TCK")
+    own = os.times()
+    mine = own.user + own.system + own.children_user + own.children_system
+    return steal / tick, (user + nice + system) / tick - mine, sum(v) / tick
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Record how much of the machine this test had: a timing assertion that fails while the hypervisor stole
+    CPU (steal) or other processes ran says so in its report (section "machine")."""
+    before = _machine_times()
+    try:
+        return (yield)
+    finally:
+        after = _machine_times()
+        steal, other, total = (a - b for a, b in zip(after, before))
+        if total > 0:
+            item.user_properties.append(("machine", f"steal {steal / total:.1%} of CPU time, busy outside "
+                                                    f"the test {max(other, 0) / total:.1%} (user+system, "
+                                                    f"{total:.1f} CPU-s in {total / os.cpu_count():.1f} s)"))
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.failed:
+        for k, v in report.user_properties:
+            if k == "machine":
+                report.sections.append(("machine", v))
+
+
+class Machine:
+    """The share of the machine's CPU time the hypervisor left this VM since ``start()`` (1 − steal). Time it
+    stole, the emulated links lost too: a test that expects a link's full rate over a window asks for at least
+    its rate × ``available()`` (never more than the rate: steal on the other core may not have touched it)."""
+
+    def __init__(self):
+        self.start()
+
+    def start(self) -> None:
+        self._t0 = _machine_times()
+
+    def available(self) -> float:
+        steal, _, total = (a - b for a, b in zip(_machine_times(), self._t0))
+        return 1.0 - steal / total if total > 0 else 1.0
+
+
+@pytest.fixture
+def machine() -> Machine:
+    return Machine()
+
+
+def run_had(row) -> float:
+    """The share of a run's traffic window the hypervisor left the machine (1 − the summary's cpu_steal_mean):
+    rates and times compared with the link's are scaled by it — a stolen 10 % stopped the emulated links too."""
+    return 1.0 - float(row["cpu_steal_mean"])
+
+
+def lab_load_ok(row: dict) -> tuple[bool, dict]:
+    """Was the run light enough for the emulator, whatever the host did? No core saturated by the lab in ≥ 20 %
+    of the samples, and the starved shapers that the hypervisor's steal does not explain within the 95 %
+    confidence rule of ``cpu_bound`` (results/README.md). Returns (verdict, the figures behind it)."""
+    from testbed.report.summary import SATURATED_SHARE, STARVED_SHARE, wilson_lower
+    seen = {k: row[k] for k in ("cpu_busy_max", "cpu_saturated_share", "starved_samples", "starved_stolen_samples",
+                                "backlogged_samples", "cpu_steal_mean")}
+    own = row["starved_samples"] - row["starved_stolen_samples"]
+    ok = row["cpu_saturated_share"] < SATURATED_SHARE and wilson_lower(own, row["backlogged_samples"]) <= STARVED_SHARE
+    return ok, seen
+
+
 def inside_port_namespace(ports, tag: str):
     """A throwaway namespace with a veth of every port's ifindex, entered by the calling thread (for
     PROG_TEST_RUN): testbed.bench.select.port_namespace, which the selection benchmark uses too."""

@@ -68,3 +68,11 @@ def test_all_to_all_jct_spray_ooo_beats_ecmp(lab, capsys):
         print(f"\nall-to-all JCT: ecmp {jct['ecmp']:.0f} ms, spray+ooo {jct['spray']:.0f} ms, ratio {ratio:.2f}; "
               f"retransmits {retrans}")
     assert ratio < 0.95, (jct, retrans)
+
+
+def test_a_transfer_is_striped_over_the_rails():
+    """NCCL style, one channel per NIC: bytes // rails per rail, the remainder on rail 0; none empty."""
+    assert collectives.stripes(10, 3) == [4, 3, 3]
+    assert collectives.stripes(64 * 1024, 2) == [32 * 1024, 32 * 1024]
+    assert collectives.stripes(1, 4) == [1]
+    assert collectives.stripes(5, 1) == [5]

@@ -11,7 +11,7 @@ import pytest
 
 from testbed import runner, workloads
 
-from conftest import make_scenario
+from conftest import Machine, lab_load_ok, make_scenario
 
 pytestmark = pytest.mark.e2e
 
@@ -61,7 +61,7 @@ def outcome(lb, res) -> dict:
     return out
 
 
-def test_credit_incast_is_lossless_over_a_million_packets_and_keeps_the_receiver_busy(lab):
+def test_credit_incast_is_lossless_over_a_million_packets_and_keeps_the_receiver_busy(lab, machine):
     """8→1 incast, two switch hops for six senders (leaf → spine → leaf0), small packets so that the switches
     queue over 10⁶ lossless packets in the run; the receiver's link (50 Mbit/s) is the bottleneck, every other
     link runs at 100 Mbit/s. Senders out of credit wait: nothing is dropped anywhere, nothing is lost, and the
@@ -70,7 +70,9 @@ def test_credit_incast_is_lossless_over_a_million_packets_and_keeps_the_receiver
     lb = lab(scen)
     # 28 s: 1.04–1.05 M packets queued in 25 s on a quiet machine, 0.99 M once in a CI run (receiver link 0.77
     # busy instead of 0.81): the million needs the margin
+    machine.start()
     res = run_pairs(lb, scen, [(s, "h0") for s in lb.topo.hosts if s != "h0"], 28.0, packet_size=200)
+    had = machine.available()
     o = outcome(lb, res)
     start, end = min(r.start_s for r in res), max(r.end_s for r in res)
     util = sum(r.bytes for r in res) * (200 + 14) / (200 - 20) * 8 / (end - start) / 50e6
@@ -79,19 +81,23 @@ def test_credit_incast_is_lossless_over_a_million_packets_and_keeps_the_receiver
     print(f"\n[credit incast] {o['queued']:,} lossless packets queued, {o['received']:,} delivered, util {util:.3f}; "
           f"drops {o['drops']}, overflows {o['overflows']}, qdisc {o['qdisc_drops']}, lost {o['lost']}; "
           f"stalls {o['stalls']} ({o['stall_s']:.1f} s), granted {o['granted']:,} B; "
-          f"grant latency {cr.get('grant_latency_us')}")
+          f"grant latency {cr.get('grant_latency_us')}; {1 - had:.1%} of the machine stolen")
     assert o["queued"] >= 1_000_000, o
     assert o["drops"] == 0 and o["overflows"] == 0 and not o["qdisc_drops"] and o["lost"] == 0, o
     assert o["stalls"] > 0 and o["granted"] > 0                   # credits did hold senders back
-    assert util >= 0.75, util                                     # 0.80–0.81 measured
+    assert util >= 0.75 * had, (util, had)                        # 0.80–0.81 measured
     assert not (lb.pfc_results or {}).get("errors"), lb.pfc_results.get("errors")
 
 
 def incast(lab, fc, buffer, headroom=None):
+    """8 → h0 at 40 Mbit/s for 3 s: the outcome, the receiver link's utilisation and the share of the machine
+    the hypervisor left meanwhile (``had``)."""
     scen = fc_scenario(fc, buffer, headroom=headroom)
     lb = lab(scen)
+    m = Machine()
     res = run_pairs(lb, scen, [(s, "h0") for s in lb.topo.hosts if s != "h0"], 3.0)
     o = outcome(lb, res)
+    o["had"] = m.available()
     start, end = min(r.start_s for r in res), max(r.end_s for r in res if r.end_s is not None)
     o["util"] = sum(r.bytes for r in res) * 1514 / 1480 * 8 / (end - start) / 40e6
     lb.close(force=True)
@@ -107,7 +113,7 @@ def test_credits_are_lossless_at_a_buffer_where_pfc_without_headroom_drops(lab):
     print(f"\n[16 KB per ingress] PFC, 1 frame of headroom: {pfc}\n[16 KB per ingress] credits: {credit}")
     assert pfc["overflows"] > 0 and pfc["lost"] > 0, pfc
     assert credit["drops"] == 0 and not credit["qdisc_drops"] and credit["lost"] == 0, credit
-    assert credit["util"] >= 0.9, credit
+    assert credit["util"] >= 0.9 * credit["had"], credit
 
 
 def victim(lab, fc, buffer="64KB", headroom=None):
@@ -116,8 +122,10 @@ def victim(lab, fc, buffer="64KB", headroom=None):
     hosts': without flow control the victim gets its whole host link."""
     scen = fc_scenario(fc, buffer, fabric_rate="200mbit", leaves=3, hosts_per_leaf=2, headroom=headroom)
     lb = lab(scen)
+    m = Machine()
     res = run_pairs(lb, scen, [("h2", "h0"), ("h3", "h0"), ("h4", "h0"), ("h5", "h1")], 3.0)
     o = outcome(lb, res)
+    o["had"] = m.available()
     lb.close(force=True)
     return res[3].goodput_mbps, o
 
@@ -126,7 +134,7 @@ def test_victim_flow_slowdown_under_pfc_and_credits(lab):
     """Head-of-line blocking: a flow to an idle receiver slows down behind an incast it only shares links with,
     under PFC (the spine's port to leaf0 is paused, then leaf2's uplink) and under credits (that port waits for
     leaf0's credit, then leaf2's uplink for the spine's): both spread congestion to the victim, neither drops."""
-    free, _ = victim(lab, "none")
+    free, o_free = victim(lab, "none")
     # headroom for the agent's worst reaction on a busy machine at 200 Mbit/s fabric links (~20 ms: 500 KB;
     # 128 KB overflowed 4 packets in a suite run)
     pfc, o_pfc = victim(lab, "pfc", "640KB", headroom="512KB")
@@ -134,7 +142,7 @@ def test_victim_flow_slowdown_under_pfc_and_credits(lab):
     line = 40 * 1480 / 1514
     print(f"\n[victim flow] goodput without flow control {free:.1f} Mbit/s, PFC {pfc:.1f} ({pfc / free:.2f}×), "
           f"credits {credit:.1f} ({credit / free:.2f}×); credit stalls {o_cr['stalls']}")
-    assert free >= 0.85 * line, free
+    assert free >= 0.85 * line * o_free["had"], (free, o_free["had"])
     assert pfc <= 0.75 * free and credit <= 0.75 * free, (free, pfc, credit)
     for name, o in (("pfc", o_pfc), ("credits", o_cr)):
         assert o["drops"] == 0 and o["lost"] == 0, (name, o)
@@ -144,7 +152,8 @@ def test_incast_credit_scenario_reports_credit_counters(tmp_path):
     """`testbed run scenarios/incast-credit.yaml`: links.csv carries the credit columns on every switch port —
     the receiving ports' stalls and grants, the sending ports' wait — and they add up: the summary's totals are
     the rx rows' sums, every port that granted credit into the congested leaf shows stalls, and the tx rows of
-    the spine's port to leaf0 (which waited for leaf0's credit) show the wait. Lossless, not CPU-bound."""
+    leaf1's uplink (which waited for the spine's credit: congestion spread two hops) show the wait. Lossless,
+    and light enough for the emulator (`lab_load_ok`)."""
     import pandas as pd
     from pathlib import Path
 
@@ -160,6 +169,9 @@ def test_incast_credit_scenario_reports_credit_counters(tmp_path):
     per_port = rx.groupby(["switch", "port"])[["credit_stalls", "credits_granted"]].sum()
     assert per_port.loc[("spine0", "leaf1"), "credit_stalls"] > 0         # leaf1's uplink ran out of credit
     assert per_port.loc[("leaf1", "h3"), "credits_granted"] > 0
-    assert tx[(tx["switch"] == "spine0") & (tx["port"] == "leaf0")]["credit_wait_s"].sum() > 0
+    # leaf1's uplink waited for the spine's credit (0.28–0.33 s per run); the spine's own port to leaf0 waits
+    # little (0.02–0.13 s, 0 in a CI run): leaf0 drains it first, the spine's ingresses fill
+    assert tx[(tx["switch"] == "leaf1") & (tx["port"] == "spine0")]["credit_wait_s"].sum() > 0.1
     assert row["drops"] == 0 and row["lost_packets"] == 0 and row["discards"] == 0
-    assert not row["cpu_bound"], row
+    ok, seen = lab_load_ok(row)                 # the scenario is light enough (steal on a busy host aside)
+    assert ok, seen

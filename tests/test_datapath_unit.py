@@ -254,6 +254,8 @@ def test_adaptive_per_flowlet_keeps_its_port_until_a_gap(dp, topo):
     time.sleep(0.03)
     _uplink_depths(dp, topo, "leaf0", [1_900_000, 10_000, 1_800_000, 1_900_000])
     assert egress_of(topo, run(dp, pkt, port.ifindex)[1]).ifindex == ups[1].ifindex    # a new flowlet
+    (fp,) = dp.flow_paths()
+    assert fp.flowlets == 2 and sum(fp.packets.values()) == 3
 
 
 def test_adaptive_by_load_takes_the_least_recently_busy_uplink(dp, topo):
@@ -299,6 +301,7 @@ def test_flowlet_keeps_port_in_burst_and_moves_after_gap(dp, topo):
     assert len(set(seen)) > 1                              # P(12 bursts on one of 4 paths) = 4^-11
     (fp,) = dp.flow_paths()
     assert sum(fp.packets.values()) == 120
+    assert fp.flowlets == 12 if checked == 12 else 12 <= fp.flowlets <= 12 + 9 * (12 - checked)
 
 
 def test_flowlet_never_moves_when_gaps_stay_below_timeout(dp, topo):
@@ -308,7 +311,7 @@ def test_flowlet_never_moves_when_gaps_stay_below_timeout(dp, topo):
         run(dp, frame(port, topo.address("h0"), topo.address("h3"), 8888, 5001), port.ifindex)
         time.sleep(0.002)
     (fp,) = dp.flow_paths()
-    assert fp.paths == 1 and sum(fp.packets.values()) == 20
+    assert fp.paths == 1 and sum(fp.packets.values()) == 20 and fp.flowlets == 1
 
 
 # ---------------------------------------------------------------- drops

@@ -169,6 +169,7 @@ def test_a_flowlet_keeps_its_port_until_an_idle_gap(dp, topo, scen):
     assert send(dp, topo, 4242) == 0
     (fp,) = dp.flow_paths()
     assert fp.packets == {ups(topo)[2].ifindex: 21, ups(topo)[0].ifindex: 1}
+    assert fp.flowlets == 2
 
 
 def test_a_flowlet_leaves_a_port_that_lost_its_link(dp, topo, scen):

@@ -51,7 +51,9 @@ def test_int_sees_the_congested_port_full_and_the_others_empty(tmp_path):
             want = (int(r["queue_bytes"]) + frame) * 8e9 / int(r["link_rate_bps"])
             assert abs(int(r["hop_latency_ns"]) - want) <= 0.01 * want + 1000, (r, want)
     assert row["int_path_delay_p50_ns"] >= 0.95 * 64 * 1024 * 8e9 / 20e6   # the full queue: 26.4–26.8 ms
-    assert m["int"]["export_lost"] == 0 and m["int"]["failed"] == 0 and not m["degradations"]
+    # nothing INT lost or failed; a late telemetry sample or host steal (other degradations) says nothing of INT
+    assert m["int"]["export_lost"] == 0 and m["int"]["failed"] == 0
+    assert not [d for d in m["degradations"] if not d.startswith(("telemetry: ", "cpu guard: "))], m["degradations"]
 
 
 def test_the_receiver_gets_exactly_what_was_sent_full_sized(lab):

@@ -324,7 +324,7 @@ def test_control_program_changes_the_model_atomically(dp, topo):
     from testbed.datapath import queue_model as qm
     inp, out = ports(topo)
     k = out.ifindex * N_PRIO + 3
-    base = 10**12
+    base = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - 10**9      # in the past: the queue is empty by now
     set_finish(dp, k, base + 7000)                           # the model moved 7,000 ns past `before` meanwhile
     assert dp.control(qm.CTL_VQ_RESYNC, k, base, 50_000, base) == 0
     assert finish(dp, k) == base + 50_000 + 7000

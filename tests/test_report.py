@@ -258,6 +258,18 @@ def test_starved_shaper_samples_flag_the_run():
     assert row["backlogged_samples"] == 3 and row["starved_samples"] == 2
     assert row["starved_share"] == pytest.approx(2 / 3)
     assert row["cpu_bound"] is True
+    assert row["starved_stolen_samples"] == 0                    # no steal samples: none is the host's
+
+
+def test_a_starved_sample_during_hypervisor_steal_is_counted_as_stolen():
+    """The same port (0.5 s samples); the CPU guard saw 6 % steal in its sample ending at 1.0 s (covering
+    0.5–1.0 s), 4 % (below 5 %) at 2.0 s: of the starved samples ending at 1.0 and 1.5 s only the first overlaps
+    it: 1 stolen."""
+    cap = RATE * IV / 8
+    rows = _tx("spine0", [50_000] * 4, [1.0, 0.6, 0.6, 1.0], [cap] * 4)
+    cpu = dict(CPU, cpu_steal=[[0.5, 0.0], [1.0, 0.06], [1.5, 0.0], [2.0, 0.04]])
+    row = rp.summarize(rp.links_frame(rows), rp.flows_frame(_flows(("leaf0", "leaf1", 0.0, 2.0))), cpu, META)
+    assert (row["starved_samples"], row["starved_stolen_samples"]) == (2, 1)
 
 
 def test_credit_counters_sum_rx_rows_and_a_waiting_port_is_not_starved():
@@ -347,8 +359,10 @@ def test_atomic_write_failure_keeps_old_file(tmp_path):
 
 
 def test_plots_written_and_skipped(tmp_path):
+    cc = rp.cc_frame([{"flow_id": f, "time_s": t / 100, "cwnd_bytes": 1000 + 10 * t, "rate_bps": 1e6 * (1 + f)}
+                      for f in (0, 1, 2) for t in range(50)])
     names = rp.plots(tmp_path, rp.links_frame(make_links(UNEVEN)), rp.flows_frame(make_flows([0.01, 0.03])),
-                     rp.int_frame(int_rows()))
+                     rp.int_frame(int_rows()), cc)
     assert set(names) == set(rp.PLOT_FILES.values())
     for n in names:
         assert (tmp_path / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -460,3 +474,39 @@ def test_int_path_delays_are_per_report_not_per_hop(tmp_path):
     assert same(row, rp.report(tmp_path))                        # recomputed from int.csv alone
     no_int = rp.summary.int_figures(None)
     assert no_int["int_reports"] == 0 and math.isnan(no_int["int_path_delay_p50_ns"])
+
+
+def test_starved_share_flags_only_with_95_percent_confidence():
+    """Wilson score lower bounds, by hand: 2 of 25 → 0.0222 (a short healthy run's noise: not flagged), 10 of
+    50 → 0.1124 (flagged), 2 of 3 → 0.2077."""
+    from testbed.report.summary import wilson_lower
+    assert wilson_lower(2, 25) == pytest.approx(0.02222, abs=1e-4)
+    assert wilson_lower(10, 50) == pytest.approx(0.11244, abs=1e-4)
+    assert wilson_lower(2, 3) == pytest.approx(0.20765, abs=1e-4)
+    assert wilson_lower(0, 0) == 0.0 and wilson_lower(0, 40) == 0.0
+
+
+def test_hypervisor_steal_counts_against_the_cores_time_and_flags_the_run(monkeypatch):
+    """Two cores, 1 s samples. Core 0: 0.5 s stolen, the lab busy 0.4 s → the lab had 0.5 s and used 0.4:
+    0.8 of it (not 0.4). Core 1 wholly stolen: nothing could run, 1.0. The machine's steal share 1.5 / 2 = 0.75.
+    A summary whose window mean steal is ≥ 0.1 is cpu_bound although no core was saturated by the lab: the flow
+    runs 0.1–0.4 s, so the samples ending at 0.2, 0.3, 0.4 s count (mean of 0.04, 0, 0 = 0.0133: not flagged;
+    of 0.2, 0.1, 0 = 0.1: flagged)."""
+    from testbed.report.summary import summarize
+    from testbed.telemetry import cpu as cpumod
+    stats = iter([[(0.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 0.0)],
+                  [(0.4, 0.4, 1.0, 0.5), (0.0, 0.0, 1.0, 1.0)]])
+    monkeypatch.setattr(cpumod, "read_cores", lambda: next(stats))
+    guard = cpumod.CpuGuard(None, 0.0)
+    guard.sample()
+    guard.sample()
+    (_, busy), = guard.samples
+    assert busy == pytest.approx([0.8, 1.0]) and guard.steal[0][1] == pytest.approx(0.75)
+    quiet = {"cpu_samples": [[t, [0.3, 0.2]] for t in (0.1, 0.2, 0.3, 0.4)],
+             "cpu_steal": [[t, s] for t, s in ((0.1, 0.0), (0.2, 0.04), (0.3, 0.0), (0.4, 0.0))]}
+    noisy = dict(quiet, cpu_steal=[[t, s] for t, s in ((0.1, 0.1), (0.2, 0.2), (0.3, 0.1), (0.4, 0.0))])
+    flows = make_flows([0.3])
+    r_quiet = summarize(make_links(EVEN), flows, quiet, META)
+    r_noisy = summarize(make_links(EVEN), flows, noisy, META)
+    assert r_quiet["cpu_bound"] is False and r_quiet["cpu_steal_mean"] == pytest.approx(0.04 / 3)
+    assert r_noisy["cpu_bound"] is True and r_noisy["cpu_steal_max"] == pytest.approx(0.2)

@@ -193,9 +193,10 @@ def test_dlb_keys_and_nonsense_are_refused_in_one_line():
 def test_lossless_qdisc_holds_what_every_ingress_may_send():
     """Under PFC each ingress may hold xoff + headroom in the switch; a lossless queue's qdisc must hold that from
     every port of its switch (else it drops what PFC allowed: 128–579 packets with 512 KB of headroom), and at
-    least 4 buffers."""
+    least 4 buffers; and the link's rate × STALL_S more, for the bytes the queue model drained while a stalled
+    shaper had not sent them (default 100 Mbit/s links: 625 KB)."""
     from testbed import topology
-    from testbed.fabric.port import port_configs
+    from testbed.fabric.port import STALL_S, port_configs
     for xoff, headroom, want in (("128KB", "512KB", 4 * (128 + 512) * 1024), ("16KB", "16KB", 4 * 100 * 1024)):
         sc = scenario.from_dict({"switch": {"buffer": "100KB", "traffic_classes": {"dscp": {26: 3}, "lossless": [3]},
                                             "pfc": {"enabled": True, "xoff": xoff, "xon": "8KB",
@@ -203,7 +204,8 @@ def test_lossless_qdisc_holds_what_every_ingress_may_send():
                                  "traffic": {"dscp": 26}})
         topo = topology.build(sc.topology)                   # leaf0: 2 hosts + 2 spines
         c = port_configs(topo, sc.switch)[topo.ports["leaf0"][0].ifindex]
-        assert c.queue_limit(3) == want, headroom
+        assert c.lossless_limit == want, headroom
+        assert c.queue_limit(3) == want + 100_000_000 // 8 * STALL_S, headroom
 
 
 @pytest.mark.parametrize("doc,msg", [
@@ -232,3 +234,21 @@ def test_int_gives_links_between_switches_room_for_the_stack():
     ports = port_configs(t, sc.switch, fabric_mtu=sc.fabric_mtu)
     assert {c.mtu for c in ports.values() if c.port.role in ("nic", "down")} == {1500}
     assert {c.mtu for c in ports.values() if c.port.role not in ("nic", "down")} == {1644}
+
+
+def test_every_shipped_scenario_loads():
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parent.parent / "scenarios"
+    files = sorted(root.glob("*.yaml"))
+    assert len(files) >= 14
+    for f in files:
+        scenario.load(f)
+
+
+def test_entropy_modes_default_their_values_and_refuse_nonsense():
+    def roce(**r):
+        return scenario.from_dict({"traffic": {"engine": "roce", "roce": r}}).traffic.roce
+    assert roce().values == 1 and roce(entropy="packet").values == 8 and roce(entropy="reps").values == 256
+    assert roce(entropy="bitmap", entropy_values=16).values == 16 and roce(entropy="bitmap").penalty_decay is None
+    with pytest.raises(scenario.ScenarioError, match="traffic.roce.entropy"):
+        roce(entropy="sometimes")

@@ -7,7 +7,7 @@ import pytest
 
 from testbed import workloads
 
-from conftest import make_scenario
+from conftest import make_scenario, run_had
 
 pytestmark = pytest.mark.e2e
 
@@ -138,4 +138,5 @@ def test_flowlet_int_wcmp_lifts_a_permutation_above_90_percent(tmp_path):
           f"(imbalance {ecmp['uplink_imbalance']:.2f}); cpu_bound {wcmp['cpu_bound']}/{ecmp['cpu_bound']}")
     # (the CPU guard flagged the WCMP run once in a full-suite run, its utilisation still 0.925; with balanced
     # uplinks few samples are backlogged, so a couple of starved ones pass the guard's 5 %: not asserted)
-    assert wcmp["mean_uplink_util"] >= 0.88 and ecmp["mean_uplink_util"] <= 0.76
+    # (of the time the hypervisor left the run: the shapers stop while it steals)
+    assert wcmp["mean_uplink_util"] >= 0.88 * run_had(wcmp) and ecmp["mean_uplink_util"] <= 0.76

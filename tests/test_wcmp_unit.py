@@ -89,6 +89,8 @@ def test_per_flowlet_keeps_the_port_within_a_burst(dp, topo, scen):
     dp.clear_flows()
     counts, _ = spread(dp, topo, [(4242, 5001)] * 500)  # back to back, far below the 1 s timeout
     assert len(counts) == 1
+    (fp,) = [f for f in dp.flow_paths() if f.switch == "leaf0"]
+    assert fp.flowlets == 1                             # one flowlet started, and counted
 
 
 def test_cost_of_weighted_selection(dp, topo, scen, capsys):

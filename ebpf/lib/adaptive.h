@@ -215,7 +215,7 @@ FTB_ALWAYS_INLINE __u64 ar_kept_slot(const struct sw_config *cfg, __u32 sw, cons
  * keeps its link). Counts the packet against its slot in the flow's path counters, as lb_choose does; MAX_NH
  * when every candidate has lost its link. */
 FTB_ALWAYS_INLINE __u64 ar_slot(const struct sw_config *cfg, __u32 sw, const struct nh_group *g,
-				const struct pkt *p, __u64 prio)
+				const struct pkt *p, __u64 prio, __u32 len)
 {
 	__u32 n = g->n < MAX_NH ? g->n : MAX_NH;
 	struct flow_state *fs;
@@ -225,8 +225,11 @@ FTB_ALWAYS_INLINE __u64 ar_slot(const struct sw_config *cfg, __u32 sw, const str
 		return 0;
 	fs = flow_state_of(sw, p);
 	slot = ar_flowlet_slot(cfg, g, n, fs, now);     /* the entry program sends most of these itself */
-	if (slot >= MAX_NH)
+	if (slot >= MAX_NH) {
 		slot = ar_choose(cfg, g, n, prio, now);
+		if (fs && cfg->ar_granularity == AR_FLOWLET)
+			fs->flowlets++;
+	}
 	ftb_opaque(slot);
 	if (slot >= MAX_NH)
 		slot = 0;
@@ -236,6 +239,7 @@ FTB_ALWAYS_INLINE __u64 ar_slot(const struct sw_config *cfg, __u32 sw, const str
 		fs->slot = slot;
 		fs->last_ns = now;
 		__sync_fetch_and_add(&fs->pkts[slot], 1);
+		__sync_fetch_and_add(&fs->bytes, len);
 	}
 	return slot;
 }

@@ -107,6 +107,10 @@ struct qos_config {               /* qos_config[switch_id] */
 	                           * per queue */
 	__u64 alpha;              /* dynamic threshold = alpha × the free pool (alpha scaled by 2^10) */
 	__u64 headroom;           /* shared buffer: bytes a lossless ingress may take beyond its (dynamic) Xoff */
+	__u32 trim_on;            /* 1: trim this switch's lossy RoCEv2 packets instead of dropping them (lib/trim.h) */
+	__u32 trim_classify;      /* 1: packets flagged trimmed go to trim_prio (every switch, when any tier trims) */
+	__u64 trim_prio;          /* the priority of trimmed headers */
+	__u64 trim_threshold;     /* queue depth (bytes) past which a packet is trimmed; 0 = the tail-drop limit */
 };
 
 /* sw_queues[switch_id]: the vq index of every queue of the switch, whose depths add up to its shared buffer's
@@ -137,6 +141,7 @@ struct queue_stats {              /* per CPU, index ifindex * N_PRIO + prio */
 	__u64 pause_rx;           /* PFC frames received on this port for this priority (counted per priority) */
 	__u64 xoff_events;        /* Xoff crossings this ingress (port, prio) raised */
 	__u64 overflows;          /* lossless packets of this ingress dropped: its buffer (ingress_limit) was full */
+	__u64 trims;              /* packets of this queue cut to their headers and sent on the trim priority */
 };
 
 /* PFC ingress accounting: the bytes that arrived on ingress (port, prio) and still sit in an egress queue of the
@@ -301,6 +306,8 @@ struct flow_state {
 	__u64 last_ns;            /* flowlet: time of the flow's last packet at this switch */
 	__u32 slot;               /* flowlet: current next-hop slot */
 	__u32 int_seq;            /* INT source: the flow's packets seen (every sample-th is instrumented) */
+	__u64 flowlets;           /* flowlet, WCMP per flowlet, adaptive per flowlet, DLB: flowlets started */
+	__u64 bytes;              /* frame bytes of the packets counted in pkts */
 	__u64 pkts[MAX_NH];       /* packets sent through each next-hop slot */
 };
 

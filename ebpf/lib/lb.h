@@ -42,11 +42,13 @@ FTB_ALWAYS_INLINE struct flow_state *flow_state_of(__u32 sw, const struct pkt *p
 }
 
 /* Count a packet against the slot it left through, in its flow's path counters. */
-FTB_ALWAYS_INLINE void lb_count(struct flow_state *fs, __u64 slot)
+FTB_ALWAYS_INLINE void lb_count(struct flow_state *fs, __u64 slot, __u32 len)
 {
 	ftb_opaque(slot);
-	if (fs && slot < MAX_NH)
+	if (fs && slot < MAX_NH) {
 		__sync_fetch_and_add(&fs->pkts[slot], 1);
+		__sync_fetch_and_add(&fs->bytes, len);
+	}
 }
 
 /* WCMP: a member of group `g` drawn from its weighted table — by the flow's hash, per flowlet (a new draw after
@@ -65,6 +67,7 @@ FTB_ALWAYS_INLINE __u64 wcmp_slot(const struct sw_config *cfg, const struct nh_g
 			s = pick_slot(bpf_get_prandom_u32(), ns);
 			ftb_opaque(s);
 			fs->slot = s < WCMP_SLOTS ? g->wslot[s] : 0;
+			fs->flowlets++;
 		}
 		fs->last_ns = now;
 		return fs->slot;
@@ -123,8 +126,10 @@ FTB_ALWAYS_INLINE __u64 lb_choose(__u32 sw, const struct nh_group *g, const stru
 	} else if (mode == MODE_FLOWLET && fs) {
 		/* A new path only after an idle gap longer than the timeout: never reorders within a burst. */
 		now = bpf_ktime_get_ns();
-		if (fs->last_ns == 0 || now - fs->last_ns > cfg->flowlet_timeout_ns || fs->slot >= n)
+		if (fs->last_ns == 0 || now - fs->last_ns > cfg->flowlet_timeout_ns || fs->slot >= n) {
 			fs->slot = pick_slot(bpf_get_prandom_u32(), n);
+			fs->flowlets++;
+		}
 		fs->last_ns = now;
 		slot = fs->slot;
 	} else {

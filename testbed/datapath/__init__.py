@@ -13,10 +13,10 @@ switch + 5-tuple → flowlet state and packets per next-hop slot), ``port_stats`
 choice skips it). With ``switch.routing: sm`` the FIB starts empty: the subnet manager (control/routing.py)
 writes a /32 per destination host.
 Congestion and flow control (ebpf/lib/qos.h; read from user space through queue_model.py): ``qos_config`` (per
-switch: DSCP → priority, lossless and ECN curves, Xoff), ``port_qos`` (per port: drain rate, buffer, limits),
+switch: DSCP → priority, lossless and ECN curves, Xoff, trimming: lib/trim.h), ``port_qos`` (per port: drain rate, buffer, limits),
 ``vq`` (per (port, priority): the queue model, under a spin lock), ``egress_paused`` (when a paused queue
 stopped draining), ``ingress_state`` (PFC accounting per ingress, under a spin lock), ``queue_stats`` /
-``queue_max`` (per-CPU counters), ``pfc_events`` (ring buffer to the PFC agent), ``pfc_stats`` (the agent's
+``queue_max`` (per-CPU counters, with the trims of switch.trim), ``pfc_events`` (ring buffer to the PFC agent), ``pfc_stats`` (the agent's
 counters). User space changes the model only through the control program ``ftb_ctl`` (``Datapath.control``).
 """
 from __future__ import annotations
@@ -88,6 +88,7 @@ class QueueCounters:
     pause_rx: int = 0
     xoff_events: int = 0
     overflows: int = 0          # (as an ingress) lossless packets dropped for a full ingress buffer
+    trims: int = 0              # packets cut to their headers and sent on the trim priority (switch.trim)
     depth_max: int = 0
 
     @property
@@ -105,6 +106,8 @@ class FlowPath:
     dport: int
     proto: int
     packets: dict[int, int]          # egress ifindex → packets sent there (only ports that were used)
+    flowlets: int = 0                # flowlets the switch started for it (modes that keep flowlets; else 0)
+    bytes: int = 0                   # frame bytes of the packets counted in ``packets``
 
     @property
     def paths(self) -> int:
@@ -171,6 +174,7 @@ class Datapath:
         self.ports = ports if ports is not None else port_configs(topo, switch_spec)
         self._bpf = None
         self.resyncs = 0                       # queue models reset to the real backlog (sync_queue_models)
+        self.track_flows = False               # per-flow counters at every switch, single-port routes too
         self._fn = None
         self.compile_seconds: float | None = None
         self._names = {i: n for n, i in topo.switch_ids.items()}
@@ -288,6 +292,7 @@ class Datapath:
 
     def _fill_qos(self):
         cfg_t, pq_t = self._bpf[b"qos_config"], self._bpf[b"port_qos"]
+        trim_prio = self.switch_spec.trim_priority(self.topo.tiers)
         for sw in self.topo.switches:
             q = self.qos_for(sw)
             v = cfg_t.Leaf()
@@ -298,6 +303,10 @@ class Datapath:
             v.credit = 1 if (q.credit.enabled and tc.lossless) else 0
             v.lossless = sum(1 << p for p in q.lossless)       # without PFC or credits nothing is lossless
             v.xoff = q.pfc.xoff
+            if trim_prio is not None:    # trimming (lib/trim.h): flagged headers go to its priority everywhere
+                v.trim_classify, v.trim_prio = 1, trim_prio
+                v.trim_on = 1 if q.trim.enabled else 0
+                v.trim_threshold = (q.trim.threshold or 0) if q.trim.enabled else 0
             for prio, e in q.ecn.items():
                 v.ecn_on |= 1 << prio
                 v.kmin[prio], v.kmax[prio] = e.kmin, e.kmax
@@ -347,6 +356,7 @@ class Datapath:
                     c.pause_rx += cpu.pause_rx
                     c.xoff_events += cpu.xoff_events
                     c.overflows += cpu.overflows
+                    c.trims += cpu.trims
                 c.depth_max = int(max(mt.getvalue(mt.Key(k))))
                 out[(ifx, prio)] = c
         if reset_max:
@@ -534,7 +544,7 @@ class Datapath:
             v.ar_metric = AR_METRICS[ar.metric]
             v.ar_granularity = AR_GRANULARITY[ar.granularity]
             v.load_window_ns = int(ar.load_window)
-            v.track = 1 if getattr(switch_spec, "routing", "distributed") == "sm" else 0
+            v.track = 1 if self.track_flows or getattr(switch_spec, "routing", "distributed") == "sm" else 0
             v.wcmp_granularity = WCMP_GRANULARITY[switch_spec.wcmp.granularity]
             if switch_spec.load_balancing == "adaptive" and ar.flowlet_timeout is not None:
                 v.flowlet_timeout_ns = int(ar.flowlet_timeout)
@@ -648,8 +658,15 @@ class Datapath:
         t = self._bpf[b"port_down"]
         return {i for i in self._switch_ports if t[t.Key(i)].value}
 
+    def track_all_flows(self) -> None:
+        """Keep per-flow counters at every switch a flow crosses, on single-port routes too (as SM routing does),
+        for live per-flow metrics: one flow-table lookup more per packet where a route has one port."""
+        self.track_flows = True
+        self.set_mode(self.switch_spec)
+
     def flow_paths(self) -> list[FlowPath]:
-        """Per-flow packet counts per next hop at switches where the flow had a choice (n > 1)."""
+        """Per-flow packet counts per next hop at switches where the flow had a choice (n > 1), or at every
+        switch it crossed with SM routing or ``track_all_flows``."""
         self._need()
         out = []
         for k, v in self._bpf[b"flows"].items():
@@ -660,7 +677,8 @@ class Datapath:
             for slot in range(min(len(group), self.max_nh)):
                 if v.pkts[slot]:
                     packets[group[slot]] = int(v.pkts[slot])
-            out.append(FlowPath(sw, _net_str(k.saddr), daddr, k.sport, k.dport, k.proto, packets))
+            out.append(FlowPath(sw, _net_str(k.saddr), daddr, k.sport, k.dport, k.proto, packets,
+                                int(v.flowlets), int(v.bytes)))
         out.sort(key=lambda f: (f.switch, f.saddr, f.daddr, f.sport, f.dport, f.proto))
         return out
 

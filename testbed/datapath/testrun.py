@@ -19,6 +19,7 @@ BPF_PROG_TEST_RUN = 10
 SKB_CTX_SIZE = 192            # >= sizeof(struct __sk_buff); the kernel accepts a zero tail
 SKB_IFINDEX_OFFSET = 40       # struct __sk_buff: len, pkt_type, mark, queue_mapping, protocol, vlan_present,
                               # vlan_tci, vlan_proto, priority, ingress_ifindex, ifindex
+SKB_PRIORITY_OFFSET = 32
 
 TC_ACT_OK = 0
 TC_ACT_SHOT = 2
@@ -41,6 +42,7 @@ class RunResult:
     verdict: int          # the program's return value (TC_ACT_*)
     data: bytes           # the packet after the program (rewrites applied)
     duration_ns: int      # average run time per repetition
+    priority: int = 0     # skb->priority after the program (with ``ifindex``: the context is passed and read back)
 
 
 _libc = ct.CDLL(None, use_errno=True)
@@ -55,13 +57,16 @@ def run(prog_fd: int, packet: bytes, ifindex: int | None = None, repeat: int = 1
     data_out = ct.create_string_buffer(len(packet) + 512)      # room for what the program adds (INT stacks)
     attr = _TestAttr(prog_fd=prog_fd, data_size_in=len(packet), data_size_out=len(data_out),
                      data_in=ct.addressof(data_in), data_out=ct.addressof(data_out), repeat=repeat)
+    ctx_out = ct.create_string_buffer(SKB_CTX_SIZE)
     if ifindex is not None:
         ctx = ct.create_string_buffer(SKB_CTX_SIZE)
         ct.c_uint32.from_buffer(ctx, SKB_IFINDEX_OFFSET).value = ifindex
         attr.ctx_in, attr.ctx_size_in = ct.addressof(ctx), SKB_CTX_SIZE
+        attr.ctx_out, attr.ctx_size_out = ct.addressof(ctx_out), SKB_CTX_SIZE
     rc = _libc.syscall(nr, BPF_PROG_TEST_RUN, ct.byref(attr), ct.sizeof(attr))
     if rc != 0:
         err = ct.get_errno()
         hint = " (no device with that ifindex in this network namespace?)" if err == errno.ENODEV else ""
         raise OSError(err, f"BPF_PROG_TEST_RUN failed: {os.strerror(err)}{hint}")
-    return RunResult(attr.retval, data_out.raw[:attr.data_size_out], attr.duration)
+    return RunResult(attr.retval, data_out.raw[:attr.data_size_out], attr.duration,
+                     ct.c_uint32.from_buffer(ctx_out, SKB_PRIORITY_OFFSET).value)

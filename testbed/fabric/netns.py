@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import socket
+import struct
 import subprocess
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, TypeVar
 
@@ -27,6 +30,7 @@ _ANCHOR = os.path.join(STATE_DIR, "netns-anchor")     # outside NETNS_DIR so `ip
 CLONE_NEWNET = 0x40000000
 MS_BIND = 0x1000
 MNT_DETACH = 0x2
+SIOCGIFFLAGS, IFF_RUNNING = 0x8913, 0x40
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
@@ -166,6 +170,27 @@ def run_in(name: str, fn: Callable[..., T], *args, **kwargs) -> T:
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
+
+def wait_running(name: str, ifname: str, timeout_s: float = 5.0) -> None:
+    """Wait until ``ifname`` in ``name`` is IFF_RUNNING. Carrier-on reaches the qdisc through the kernel's
+    linkwatch work: until it runs, the device's queue is the noop qdisc, which drops every packet yet reports
+    success to the sender — a busy machine delays that work by milliseconds."""
+    def poll():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            end = time.monotonic() + timeout_s
+            while True:
+                req = struct.pack("16sH14x", ifname.encode(), 0)
+                flags = struct.unpack("16sH14x", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, req))[1]
+                if flags & IFF_RUNNING:
+                    return
+                if time.monotonic() > end:
+                    raise NetnsError(f"{name}: {ifname} has no carrier after {timeout_s:g} s")
+                time.sleep(0.001)
+        finally:
+            s.close()
+    run_in(name, poll)
 
 
 def run_many(names: Iterable[str], fn: Callable[[str], T], threads: int = 2) -> list[T]:

@@ -21,6 +21,9 @@ from ..topology import TIERS, Port, Topology
 N_PRIO = 8                      # 802.1p priorities
 LOSSY_SLACK = 64 * 1024         # a lossy queue's qdisc holds this much above the buffer the switch program enforces
 LOSSLESS_FACTOR = 4             # a lossless queue's qdisc holds this many buffers (it must never drop first)
+STALL_S = 0.05                  # … plus what its link should have sent in a stall this long: the queue model
+                                # drains at the nominal rate while a late timer, softirq or the hypervisor
+                                # (steal) holds the real serialiser, so the real queue runs ahead of the model
 HOST_LINK_ROLES = ("nic", "down")   # the two ends of a host's link (the rest link switches: the fabric MTU)
 MIN_CLASS_RATE = 8000           # bit/s: HTB's guaranteed rate of a class is link rate / classes, at least this
 ETH_HLEN = 14
@@ -123,21 +126,28 @@ class PortConfig:
         """Byte limit of the qdisc queue of ``prio`` (None: the single TBF root). A host NIC holds its buffer;
         a switch port's qdisc holds more than the buffer the switch program enforces, so that it never drops
         first: a lossy queue the buffer + 64 KB, a lossless one 4 buffers or what all its switch's ingresses may
-        hold (credit buffer, or PFC xoff + headroom, per port), whichever is more."""
+        hold (credit buffer, or PFC xoff + headroom, per port), whichever is more (``lossless_limit``); both plus
+        ``STALL_S`` at the link rate."""
         if not self.is_switch_port:
             return self.buffer_bytes
+        stall = int(self.rate_bps / 8 * STALL_S)
         if prio is not None and prio in self.lossless:
-            if self.flow_control == "credit":        # every other ingress may have its credit buffer queued here
-                return max(LOSSLESS_FACTOR, self.switch_ports) * self.ingress_buffer
-            # PFC: every ingress may hold xoff + headroom here, which can pass 4 buffers (a large headroom for
-            # fast links: the egress then dropped what the ingresses were still allowed to send)
-            return max(LOSSLESS_FACTOR * self.buffer_bytes, self.switch_ports * self.ingress_buffer)
-        return self.buffer_bytes + LOSSY_SLACK
+            return self._lossless_bytes() + stall
+        return self.buffer_bytes + LOSSY_SLACK + stall
+
+    def _lossless_bytes(self) -> int:
+        if self.flow_control == "credit":            # every other ingress may have its credit buffer queued here
+            return max(LOSSLESS_FACTOR, self.switch_ports) * self.ingress_buffer
+        # PFC: every ingress may hold xoff + headroom here, which can pass 4 buffers (a large headroom for
+        # fast links: the egress then dropped what the ingresses were still allowed to send)
+        return max(LOSSLESS_FACTOR * self.buffer_bytes, self.switch_ports * self.ingress_buffer)
 
     @property
     def lossless_limit(self) -> int:
-        """Bytes a lossless queue may hold before the switch program counts a packet lost (what its qdisc holds)."""
-        return self.queue_limit(self.lossless[0]) if self.lossless else self.buffer_bytes
+        """Bytes the queue model of a lossless queue may hold before the switch program counts a packet lost;
+        its qdisc holds ``STALL_S`` at the link rate more, for the bytes the model has drained but a stalled
+        serialiser has not sent."""
+        return self._lossless_bytes() if self.lossless and self.is_switch_port else self.buffer_bytes
 
     @property
     def netem_limit(self) -> int:

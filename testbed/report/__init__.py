@@ -6,7 +6,9 @@ and PNG plots. :func:`report` recomputes the summary and plots of an existing re
 alone, and :func:`sweep_table` / :func:`write_sweep` join the summaries of several runs into one table.
 
 Modules: columns (the contract's names), files (atomic writes, reading), frames (rows → frames), summary (every
-headline number), plots.
+headline number), plots; the HTML/Markdown report: study (a run or sweep directory read back), figures (the
+comparison figures), graph (the topology drawing), page (blocks → HTML and Markdown), document (what the report
+says: :func:`write_report`).
 """
 from __future__ import annotations
 
@@ -19,18 +21,25 @@ import numpy as np
 import pandas as pd
 
 from .columns import (COLLECTIVE_COLUMNS, COLLECTIVES_CSV, FAILURE_COLUMNS, FAILURES_CSV, FLOW_COLUMNS, FLOWS_CSV,
-                      INT_CSV, INT_PATHS_CSV, LINK_COLUMNS, LINKS_CSV, WEIGHTS_CSV, MANIFEST, MANIFEST_INPUTS, META_KEYS, PLOT_FILES, RESULT_FILES,
+                      CC_CSV, INT_CSV, INT_PATHS_CSV, LINK_COLUMNS, LINKS_CSV, WEIGHTS_CSV, MANIFEST, MANIFEST_INPUTS, META_KEYS, PLOT_FILES, RESULT_FILES,
                       SM_COLUMNS, SM_CSV, SUMMARY_COLUMNS, SUMMARY_CSV, SUMMARY_EXTRA_COLUMNS, SWEEP_CSV, SWEEP_PNG)
 from .files import ReportError, atomic_write, read_csv, read_manifest, write_csv, write_json
-from .frames import (collectives_frame, failures_frame, flows_frame, int_frame, int_paths_frame, links_frame, ordered,
+from .frames import (cc_frame, collectives_frame, failures_frame, flows_frame, int_frame, int_paths_frame, links_frame, ordered,
                      sm_frame, weights_frame)
 from .plots import _figure, _save, plots
 from .summary import _num, summarize
 
 __all__ = ["ReportError", "LINK_COLUMNS", "FLOW_COLUMNS", "SUMMARY_COLUMNS", "SUMMARY_EXTRA_COLUMNS",
            "COLLECTIVE_COLUMNS", "FAILURE_COLUMNS", "SM_COLUMNS", "PLOT_FILES", "links_frame", "flows_frame",
-           "collectives_frame", "failures_frame", "sm_frame", "summarize", "plots", "write_run", "report",
-           "sweep_table", "write_sweep", "atomic_write"]
+           "cc_frame", "collectives_frame", "failures_frame", "sm_frame", "summarize", "plots", "write_run", "report",
+           "sweep_table", "write_sweep", "atomic_write", "write_report", "SWEEP_CSV"]
+
+
+def write_report(d: str | os.PathLike) -> Path:
+    """DIR/report.html and DIR/report.md of a run or sweep directory (document.py; imported on use, so importing
+    this package stays as light as before)."""
+    from .document import write_report as write
+    return write(d)
 
 
 def _summary_frame(row: Mapping[str, Any]) -> pd.DataFrame:
@@ -47,7 +56,8 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
               failures: Iterable[Mapping[str, Any]] | None = None,
               sm: Iterable[Mapping[str, Any]] | None = None,
               int_rows: Iterable[Mapping[str, Any]] | None = None,
-              weights: Iterable[Mapping[str, Any]] | None = None) -> dict:
+              weights: Iterable[Mapping[str, Any]] | None = None,
+              cc: Iterable[Mapping[str, Any]] | None = None) -> dict:
     """Write a run's result directory (created if needed) and return its summary row.
 
     Order: links.csv, flows.csv, [collectives.csv, failures.csv, sm.csv], summary.csv, plots, then manifest.json
@@ -72,6 +82,10 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
         write_csv(outdir / SM_CSV, sm_frame(sm))
     if weights is not None:
         write_csv(outdir / WEIGHTS_CSV, weights_frame(weights))
+    cc_df = None
+    if cc is not None:
+        cc_df = cc_frame(cc)
+        write_csv(outdir / CC_CSV, cc_df)
     int_df = None
     if int_rows is not None:
         int_df = int_frame(int_rows)
@@ -79,7 +93,7 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
         write_csv(outdir / INT_PATHS_CSV, int_paths_frame(int_df))
     row = summarize(links_df, flows_df, cpu, meta, coll_df, fail_df, int_df)
     write_csv(outdir / SUMMARY_CSV, _summary_frame(row))
-    plots(outdir, links_df, flows_df, int_df)
+    plots(outdir, links_df, flows_df, int_df, cc_df)
     m = dict(manifest or {})
     m[MANIFEST_INPUTS] = {"meta": dict(meta or {}), "cpu": dict(cpu or {})}
     m["files"] = sorted(set(_present(outdir)) | {MANIFEST})
@@ -131,11 +145,12 @@ def report(outdir: str | os.PathLike) -> dict:
     coll_df = collectives_frame(read_csv(d / COLLECTIVES_CSV)) if (d / COLLECTIVES_CSV).is_file() else None
     fail_df = failures_frame(read_csv(d / FAILURES_CSV)) if (d / FAILURES_CSV).is_file() else None
     int_df = int_frame(read_csv(d / INT_CSV)) if (d / INT_CSV).is_file() else None
+    cc_df = cc_frame(read_csv(d / CC_CSV)) if (d / CC_CSV).is_file() else None
     row = summarize(links_df, flows_df, cpu, meta, coll_df, fail_df, int_df)
     write_csv(d / SUMMARY_CSV, _summary_frame(row))
     if int_df is not None:
         write_csv(d / INT_PATHS_CSV, int_paths_frame(int_df))
-    plots(d, links_df, flows_df, int_df)
+    plots(d, links_df, flows_df, int_df, cc_df)
     if manifest is not None:
         manifest["files"] = sorted(set(_present(d)) | {MANIFEST})
         write_json(d / MANIFEST, manifest)

@@ -10,7 +10,7 @@ LINK_KNOWN_EXTRA = ["direction", "role", "rate_bps", "interval_s"]
 #: links.csv congestion columns, kept in this order after LINK_KNOWN_EXTRA when present.
 LINK_QOS_COLUMNS = ["queue_bytes_max", "queue_bytes_mean", "ecn_marks", "drops", "discards", "pause_tx",
                     "pause_rx", "paused_s", "credit_stalls", "credit_stall_s", "credits_granted", "credit_wait_s",
-                    "switch_buffer_bytes", "switch_buffer_peak_bytes", "switch_buffer_peak_frac"]
+                    "switch_buffer_bytes", "switch_buffer_peak_bytes", "switch_buffer_peak_frac", "trims"]
 #: flows.csv: these first, in this order; then any other key seen, in first-seen order.
 FLOW_COLUMNS = ["flow_id", "src", "dst", "sport", "dport", "proto", "bytes", "start_s", "end_s", "fct_s",
                 "goodput_mbps", "paths_used"]
@@ -29,7 +29,9 @@ SUMMARY_EXTRA_COLUMNS = ["flows", "flows_completed", "fct_mean_ms", "fct_max_ms"
                          "starved_samples", "starved_share", "failed", "failure_lost_packets", "reroute_ms_max",
                          "credit_stalls", "credit_stall_s_total", "switch_buffer_peak_bytes",
                          "switch_buffer_peak_frac", "profile", "int_reports", "int_paths",
-                         "int_path_delay_p50_ns", "int_path_delay_p99_ns", "int_path_delay_p99_max_ns"]
+                         "int_path_delay_p50_ns", "int_path_delay_p99_ns", "int_path_delay_p99_max_ns", "trims",
+                         "cpu_steal_mean", "cpu_steal_max", "starved_stolen_samples", "slowdown_p50",
+                         "slowdown_p99"]
 #: collectives.csv (runs with collective jobs): one row per job iteration.
 COLLECTIVE_COLUMNS = ["job", "iteration", "op", "bytes", "start_s", "end_s", "jct_ms"]
 #: failures.csv (runs with `failures`): one row per scheduled event.
@@ -49,6 +51,9 @@ INT_PATH_COLUMNS = ["path", "reports", "flows", "delay_p50_ns", "delay_p99_ns", 
 #: weights.csv (runs with switch.wcmp.source int or load): every interval, every member of every leaf group.
 WEIGHT_COLUMNS = ["time_s", "switch", "group", "next_hop", "weight", "port", "signal", "source"]
 
+#: cc.csv (RoCE runs with traffic.cc other than none): each flow's congestion window and rate over time.
+CC_COLUMNS = ["flow_id", "time_s", "cwnd_bytes", "rate_bps"]
+
 META_KEYS = SUMMARY_COLUMNS[:6]
 
 MANIFEST = "manifest.json"
@@ -61,12 +66,16 @@ SM_CSV = "sm.csv"
 INT_CSV = "int.csv"
 INT_PATHS_CSV = "int_paths.csv"
 WEIGHTS_CSV = "weights.csv"
+CC_CSV = "cc.csv"
 SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
 #: plot name → file name.
 PLOT_FILES = {"uplink_util": "uplink_util.png", "uplink_bytes": "uplink_bytes.png", "fct_cdf": "fct_cdf.png",
-              "int_path_delay": "int_path_delay.png"}
-RESULT_FILES = [MANIFEST, LINKS_CSV, FLOWS_CSV, SUMMARY_CSV, COLLECTIVES_CSV, FAILURES_CSV, SM_CSV, INT_CSV, INT_PATHS_CSV, WEIGHTS_CSV,
+              "int_path_delay": "int_path_delay.png", "cc": "cc.png"}
+RESULT_FILES = [MANIFEST, LINKS_CSV, FLOWS_CSV, SUMMARY_CSV, COLLECTIVES_CSV, FAILURES_CSV, SM_CSV, INT_CSV, INT_PATHS_CSV, WEIGHTS_CSV, CC_CSV,
                 *PLOT_FILES.values()]
 #: manifest key under which write_run stores the summary inputs, so `report` can recompute the same row.
 MANIFEST_INPUTS = "report_inputs"
+#: a sweep's directory: the plan (for --resume) and the per-configuration statistics.
+SWEEP_JSON = "sweep.json"
+COMPARISON_CSV = "comparison.csv"

@@ -9,11 +9,12 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .columns import (COLLECTIVE_COLUMNS, FAILURE_COLUMNS, FLOW_COLUMNS, INT_COLUMNS, INT_PATH_COLUMNS, LINK_COLUMNS,
+from .columns import (CC_COLUMNS, COLLECTIVE_COLUMNS, FAILURE_COLUMNS, FLOW_COLUMNS, INT_COLUMNS, INT_PATH_COLUMNS, LINK_COLUMNS,
                       LINK_KNOWN_EXTRA, LINK_QOS_COLUMNS, SM_COLUMNS, WEIGHT_COLUMNS)
 
 _LINK_NUMERIC = ["time_s", "bytes", "packets", "util", "rate_bps", "interval_s"]
-_FLOW_NUMERIC = ["sport", "dport", "bytes", "start_s", "end_s", "fct_s", "goodput_mbps", "paths_used"]
+_FLOW_NUMERIC = ["sport", "dport", "bytes", "start_s", "end_s", "fct_s", "goodput_mbps", "paths_used",
+                 "size_bytes", "ideal_fct_s", "slowdown"]
 
 
 def ordered(df: pd.DataFrame, first: Sequence[str]) -> pd.DataFrame:
@@ -101,6 +102,13 @@ def int_paths_frame(int_df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"reports": g.size(), "flows": g["flow_id"].nunique(), "delay_p50_ns": d.quantile(0.5),
                         "delay_p99_ns": d.quantile(0.99), "delay_mean_ns": d.mean(), "delay_max_ns": d.max()})
     return ordered(out.reset_index(), INT_PATH_COLUMNS)
+
+
+def cc_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    df = pd.DataFrame(list(rows)) if not isinstance(rows, pd.DataFrame) else rows.copy()
+    df = _with_columns(df, CC_COLUMNS, "cc")
+    df = _coerce(df, ["time_s", "cwnd_bytes", "rate_bps"])
+    return ordered(df, CC_COLUMNS)
 
 
 def weights_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""PNG plots of one run: uplink utilisation over time, bytes per uplink, FCT CDF.
+"""PNG plots of one run: uplink utilisation over time, bytes per uplink, FCT CDF, INT path delay.
 
 matplotlib's Agg canvas is used directly (no pyplot, no global backend switch), so this module is safe to import
 from the CLI and from tests without a display. A plot without data is skipped (its file is absent).
@@ -31,13 +31,33 @@ def _save(fig, path: Path) -> Path:
                          binary=True)
 
 
+def png_bytes(fig) -> bytes:
+    """The figure as PNG bytes (what the HTML report embeds as base64)."""
+    import io
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
 def plots(outdir: str | os.PathLike, links_df: pd.DataFrame, flows_df: pd.DataFrame,
-          int_df: pd.DataFrame | None = None) -> list[str]:
+          int_df: pd.DataFrame | None = None, cc_df: pd.DataFrame | None = None) -> list[str]:
     """Write the PNG plots that have data; returns the file names written (skipped plots are absent)."""
     outdir = Path(outdir)
+    written: list[str] = []
+    for name, fig in run_figures(links_df, flows_df, int_df, cc_df).items():
+        if fig is not None:
+            _save(fig, outdir / PLOT_FILES[name])
+            written.append(PLOT_FILES[name])
+    return written
+
+
+def run_figures(links_df: pd.DataFrame, flows_df: pd.DataFrame, int_df: pd.DataFrame | None = None,
+                cc_df: pd.DataFrame | None = None) -> dict[str, object]:
+    """Each per-run plot (PLOT_FILES' names) as a matplotlib Figure, or None where it has no data; the HTML
+    report embeds the same figures."""
     links_df = links_frame(links_df if links_df is not None else [])
     flows_df = flows_frame(flows_df if flows_df is not None else [])
-    written: list[str] = []
+    figs: dict[str, object] = {name: None for name in PLOT_FILES}
     up = uplinks(links_df, flows_df, traffic_window(flows_df))
     keys = set(zip(up["switch"], up["port"]))
 
@@ -62,8 +82,7 @@ def plots(outdir: str | os.PathLike, links_df: pd.DataFrame, flows_df: pd.DataFr
         ax.grid(True, alpha=0.3)
         if n <= 16:
             ax.legend(fontsize="small", ncol=2 if n > 8 else 1, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        _save(fig, outdir / PLOT_FILES["uplink_util"])
-        written.append(PLOT_FILES["uplink_util"])
+        figs["uplink_util"] = fig
 
     # (2) bytes per uplink: ECMP collisions show as tall and empty bars, spraying as an even row
     if len(up) and float(up["tx_bytes"].sum()) > 0:
@@ -83,8 +102,7 @@ def plots(outdir: str | os.PathLike, links_df: pd.DataFrame, flows_df: pd.DataFr
         ax.set_ylabel("bytes sent (MB, 10^6 bytes)")
         ax.legend(fontsize="small")
         ax.grid(True, axis="y", alpha=0.3)
-        _save(fig, outdir / PLOT_FILES["uplink_bytes"])
-        written.append(PLOT_FILES["uplink_bytes"])
+        figs["uplink_bytes"] = fig
 
     # (3) CDF of flow completion times (completed flows only)
     fct_ms = np.sort(flows_df["fct_s"].astype(float).dropna().to_numpy() * 1e3) if len(flows_df) else np.array([])
@@ -102,8 +120,7 @@ def plots(outdir: str | os.PathLike, links_df: pd.DataFrame, flows_df: pd.DataFr
         ax.set_ylim(0, 1.02)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small", loc="lower right")
-        _save(fig, outdir / PLOT_FILES["fct_cdf"])
-        written.append(PLOT_FILES["fct_cdf"])
+        figs["fct_cdf"] = fig
 
     # (4) INT: each path's delay over time (median per 10 ms of its reports' path delays)
     if int_df is not None and len(int_df):
@@ -122,6 +139,24 @@ def plots(outdir: str | os.PathLike, links_df: pd.DataFrame, flows_df: pd.DataFr
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        _save(fig, outdir / PLOT_FILES["int_path_delay"])
-        written.append(PLOT_FILES["int_path_delay"])
-    return written
+        figs["int_path_delay"] = fig
+
+    # (5) CC: window and rate over time of two flows (the lowest flow ids that have samples)
+    if cc_df is not None and len(cc_df):
+        fig = _figure(9.0, 6.0)
+        ax_r, ax_w = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
+        for fid in sorted(cc_df["flow_id"].dropna().unique())[:2]:
+            g = cc_df[cc_df["flow_id"] == fid]
+            ax_r.plot(g["time_s"], g["rate_bps"] / 1e6, lw=1.0, label=f"flow {int(fid)}")
+            if g["cwnd_bytes"].notna().any():
+                ax_w.plot(g["time_s"], g["cwnd_bytes"] / 1024, lw=1.0, label=f"flow {int(fid)}")
+        ax_r.set_title("congestion control: sending rate and window over time (two flows)")
+        ax_r.set_ylabel("rate (Mbit/s)")
+        ax_w.set_ylabel("window (KiB)")
+        ax_w.set_xlabel("time since run start (s)")
+        for ax in (ax_r, ax_w):
+            ax.set_ylim(bottom=0)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize="small", loc="upper right")
+        figs["cc"] = fig
+    return figs

@@ -16,7 +16,8 @@ The definitions that need care:
 - **Starved samples**: the direct sign that the emulator, not the fabric, was the bottleneck: a port that had a
   full interval of work (backlog at the start + bytes offered ≥ rate × interval), was still backlogged at the
   end, was neither paused nor waiting for credit, yet delivered less than 95 % of its rate — its shaper was
-  starved of CPU.
+  starved of CPU. A starved sample is *stolen* when the hypervisor took ≥ 5 % of the machine's time in a CPU
+  guard sample overlapping its interval (``cpu_steal``): then the shortfall is the host's, not the lab's load.
 """
 from __future__ import annotations
 
@@ -34,6 +35,19 @@ STARVED_UTIL = 0.95            # a backlogged, unpaused port below this share of
 STARVED_SHARE = 0.05           # … and the run is flagged when more than this share of backlogged samples was
 CORE_SATURATED = 0.95          # a core this busy with the lab's work in a sample is saturated …
 SATURATED_SHARE = 0.2          # … and the run is cpu_bound when this share of its samples has a saturated core
+STEAL_SHARE = 0.1              # … or when the hypervisor took this share of the machine's time (mean, window)
+STOLEN_STEAL = 0.05            # a starved sample overlapping a CPU sample with this much steal is "stolen"
+
+
+def wilson_lower(k: int, n: int, z: float = 1.96) -> float:
+    """Lower bound of the 95 % Wilson score interval of a share k/n (0 when n = 0). The starved-share flag uses
+    it so that one or two starved samples among a short run's 20–30 backlogged ones (4–8 %) are not taken as
+    evidence that more than 5 % were: that flagged healthy runs on this 2-core machine."""
+    if n <= 0:
+        return 0.0
+    p = k / n
+    zz = z * z
+    return max(0.0, (p + zz / (2 * n) - z * math.sqrt(p * (1 - p) / n + zz / (4 * n * n))) / (1 + zz / n))
 
 
 def _num(x: Any) -> Any:
@@ -107,13 +121,29 @@ def imbalance(up: pd.DataFrame) -> tuple[float, float]:
     return sum(i * w for i, w in per_leaf) / total, max(i for i, _ in per_leaf)
 
 
-def starved(links_df: pd.DataFrame) -> tuple[int, int]:
-    """(backlogged samples, starved samples) over the tx rows (see the module docstring)."""
+def interval_steal(steal: list, t0: float, t1: float) -> float:
+    """The largest machine steal share of the CPU guard samples overlapping [t0, t1] (0 when none does)."""
+    prev, most = -math.inf, 0.0
+    for t, f in steal:
+        if t > t0 and prev < t1:
+            most = max(most, f)
+        prev = t
+    return most
+
+
+def stolen_interval(steal: list, t0: float, t1: float) -> bool:
+    """Did a CPU guard sample overlapping [t0, t1] see at least STOLEN_STEAL of steal?"""
+    return interval_steal(steal, t0, t1) >= STOLEN_STEAL
+
+
+def starved(links_df: pd.DataFrame, steal: list | None = None) -> tuple[int, int, int]:
+    """(backlogged samples, starved samples, stolen starved samples) over the tx rows (module docstring);
+    ``steal`` is the CPU guard's ``cpu_steal`` ([time_s, share] per sample)."""
     need = {"backlog_bytes", "offered_bytes", "paused_s"}
     if not len(links_df) or not need <= set(links_df.columns):
-        return 0, 0
+        return 0, 0, 0
     tx = links_df[(links_df["direction"] == "tx") & links_df["backlog_bytes"].notna()]
-    backlogged = starving = 0
+    backlogged = starving = stolen = 0
     for _, g in tx.groupby(["switch", "port"], sort=False):
         g = g.sort_values("time_s")
         prev = g["backlog_bytes"].shift(1)
@@ -123,8 +153,29 @@ def starved(links_df: pd.DataFrame) -> tuple[int, int]:
                 & (waited <= 0)
                 & (prev + g["offered_bytes"] >= cap))
         backlogged += int(busy.sum())
-        starving += int((busy & (g["util"] < STARVED_UTIL)).sum())
-    return backlogged, starving
+        hungry = busy & (g["util"] < STARVED_UTIL)
+        starving += int(hungry.sum())
+        if steal:
+            stolen += sum(stolen_interval(steal, t - iv, t) for t, iv in zip(g.loc[hungry, "time_s"].astype(float),
+                                                                     g.loc[hungry, "interval_s"].astype(float)))
+    return backlogged, starving, stolen
+
+
+def _in_window(samples: list, window: tuple[float, float]) -> list:
+    """The samples whose interval's middle lies in the window (all of them when the window is unknown)."""
+    t0, t1 = window
+    inside, prev = [], 0.0
+    for s in samples:
+        if math.isnan(t0) or t0 <= (prev + s[0]) / 2 <= t1:
+            inside.append(s)
+        prev = s[0]
+    return inside
+
+
+def steal_verdict(cpu: Mapping[str, Any], window: tuple[float, float]) -> tuple[float, float]:
+    """(mean, max) over the traffic window of the share of the machine's CPU time the hypervisor took."""
+    inside = [f for _, f in _in_window(cpu.get("cpu_steal") or [], window)]
+    return (sum(inside) / len(inside), max(inside)) if inside else (math.nan, math.nan)
 
 
 def cpu_verdict(cpu: Mapping[str, Any], window: tuple[float, float]) -> dict:
@@ -136,12 +187,7 @@ def cpu_verdict(cpu: Mapping[str, Any], window: tuple[float, float]) -> dict:
     if not isinstance(samples, list):
         return {k: cpu.get(k) for k in ("cpu_bound", "cpu_busy_mean", "cpu_busy_max", "cpu_worst_core",
                                         "cpu_worst_time_s", "cpu_saturated_share")}
-    t0, t1 = window
-    inside, prev = [], 0.0
-    for t, b in samples:            # a sample counts when the middle of its interval lies in the window
-        if b and (math.isnan(t0) or t0 <= (prev + t) / 2 <= t1):
-            inside.append((t, b))
-        prev = t
+    inside = [(t, b) for t, b in _in_window(samples, window) if b]
     if not inside:
         return {"cpu_bound": False if samples is not None else None, "cpu_busy_mean": math.nan,
                 "cpu_busy_max": math.nan, "cpu_worst_core": None, "cpu_worst_time_s": math.nan,
@@ -231,11 +277,12 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     fct_ms = flows_df["fct_s"].astype(float).dropna() * 1e3 if len(flows_df) else pd.Series(dtype=float)
     row["fct_p50_ms"] = _quantile(fct_ms, 0.50)
     row["fct_p99_ms"] = _quantile(fct_ms, 0.99)
-    backlogged, starving = starved(links_df)
+    backlogged, starving, stolen = starved(links_df, cpu.get("cpu_steal"))
     starved_share = starving / backlogged if backlogged else math.nan
     guard = cpu_verdict(cpu, window)
-    row["cpu_bound"] = (bool(guard["cpu_bound"]) or starving > STARVED_SHARE * backlogged
-                        if guard["cpu_bound"] is not None else None)
+    steal_mean, steal_max = steal_verdict(cpu, window)
+    row["cpu_bound"] = (bool(guard["cpu_bound"]) or wilson_lower(starving, backlogged) > STARVED_SHARE
+                        or steal_mean >= STEAL_SHARE if guard["cpu_bound"] is not None else None)
 
     row["flows"] = int(len(flows_df))
     row["flows_completed"] = int(len(fct_ms))
@@ -271,8 +318,10 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     row["cpu_worst_core"] = guard.get("cpu_worst_core")
     row["cpu_worst_time_s"] = _f(guard.get("cpu_worst_time_s"))
     row["cpu_saturated_share"] = _f(guard.get("cpu_saturated_share"))
+    row["cpu_steal_mean"], row["cpu_steal_max"] = steal_mean, steal_max
     row["backlogged_samples"] = backlogged
     row["starved_samples"] = starving
+    row["starved_stolen_samples"] = stolen
     row["starved_share"] = starved_share
     row["failed"] = meta.get("failed")
     row["failure_lost_packets"], row["reroute_ms_max"] = failure_figures(failures_df)
@@ -280,6 +329,11 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     row["credit_stall_s_total"] = float(_links_sum(links_df, "credit_stall_s", "rx"))
     row["switch_buffer_peak_bytes"] = _links_max(links_df, "switch_buffer_peak_bytes")
     row["switch_buffer_peak_frac"] = float(_links_max(links_df, "switch_buffer_peak_frac"))
+    row["trims"] = _links_sum(links_df, "trims", "tx")      # switch.trim: packets cut to their headers
+    slow = (flows_df["slowdown"].astype(float).dropna() if len(flows_df) and "slowdown" in flows_df
+            else pd.Series(dtype=float))
+    row["slowdown_p50"] = _quantile(slow, 0.50)
+    row["slowdown_p99"] = _quantile(slow, 0.99)
     row["profile"] = meta.get("profile")          # scenario `profile` (infiniband, rocev2); empty without one
     row.update(int_figures(int_df))
     for k, v in meta.items():  # extra scalar metadata (e.g. topology name) after the contract columns

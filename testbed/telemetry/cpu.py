@@ -14,6 +14,11 @@ cgroup-v1 ``cpuacct`` group the run's processes join (``LabCpuAccount``; agents,
 forked into it). The min() absorbs softirq served in a lab process's context, which the kernel (no
 IRQ_TIME_ACCOUNTING) counts in both. Without cpuacct (cgroup v2 hosts) the guard falls back to the cores' total
 busy time and says so (``cpu_accounting``: "core-total").
+
+In a virtual machine the hypervisor may run someone else on a core (``steal`` in /proc/stat): that time is lost
+to the emulated links as surely as a saturated core, yet no process here used it. The lab's load is therefore
+a share of the time the core actually had, ``(interval − steal_c)``, and the machine's steal share of every
+sample is kept too (``cpu_steal``), so a run on a contended host is flagged rather than silently slow.
 """
 from __future__ import annotations
 
@@ -26,8 +31,9 @@ CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def read_cores() -> list[tuple[float, float, float]]:
-    """(busy, softirq + irq, total) seconds since boot for every core, from /proc/stat."""
+def read_cores() -> list[tuple[float, float, float, float]]:
+    """(busy, softirq + irq, total, steal) seconds since boot for every core, from /proc/stat (busy excludes
+    steal)."""
     out = []
     with open("/proc/stat") as f:
         for line in f:
@@ -38,7 +44,7 @@ def read_cores() -> list[tuple[float, float, float]]:
             v = [int(x) / _TICK for x in line.split()[1:9]]
             user, nice, system, idle, iowait, irq, softirq, steal = v
             total = sum(v)
-            out.append((total - idle - iowait, irq + softirq, total))
+            out.append((total - idle - iowait - steal, irq + softirq, total, steal))
     return out
 
 
@@ -91,6 +97,7 @@ class CpuGuard:
     account: LabCpuAccount | None = None
     origin: float = 0.0                                   # time.time() of the run's start
     samples: list[tuple[float, list[float]]] = field(default_factory=list)   # (time_s, lab busy per core)
+    steal: list[tuple[float, float]] = field(default_factory=list)           # (time_s, machine steal share)
     _last: tuple | None = None
 
     def sample(self) -> None:
@@ -99,19 +106,22 @@ class CpuGuard:
         lab = self.account.usage() if self.account is not None and self.account.available else None
         if self._last is not None:
             t0, c0, l0 = self._last
-            busy = []
-            for i, ((b, si, tot), (b0, si0, tot0)) in enumerate(zip(cores, c0)):
-                dt = tot - tot0
-                if dt <= 0:
-                    busy.append(0.0)
+            busy, stolen, span = [], 0.0, 0.0
+            for i, ((b, si, tot, st), (b0, si0, tot0, st0)) in enumerate(zip(cores, c0)):
+                dt, lost = tot - tot0, st - st0
+                stolen, span = stolen + lost, span + max(dt, 0.0)
+                if dt - lost <= 0:
+                    busy.append(0.0 if dt <= 0 else 1.0)      # the whole interval stolen: nothing ran
                     continue
                 own = (si - si0) + (lab[i] - l0[i]) if lab is not None else b - b0
-                busy.append(min(b - b0, own) / dt)
+                busy.append(min(min(b - b0, own) / (dt - lost), 1.0))
             self.samples.append((now - self.origin, busy))
+            self.steal.append((now - self.origin, stolen / span if span > 0 else 0.0))
         self._last = (now, cores, lab)
 
     def result(self) -> dict:
         """The samples, for the summary (report/summary.py judges them over the traffic window)."""
         accounting = "cgroup" if self.account is not None and self.account.joined else "core-total"
         return {"cpu_accounting": accounting,
-                "cpu_samples": [[round(t, 4), [round(b, 4) for b in busy]] for t, busy in self.samples]}
+                "cpu_samples": [[round(t, 4), [round(b, 4) for b in busy]] for t, busy in self.samples],
+                "cpu_steal": [[round(t, 4), round(f, 4)] for t, f in self.steal]}

@@ -156,7 +156,7 @@ class LinkSampler:
                       bytes=c.rx_bytes - c0.rx_bytes, packets=c.rx_packets - c0.rx_packets,
                       interval_s=round(c.read_at - c0.read_at, 6), drops=0,
                       discards=c.discards - c0.discards, queue_bytes_max=0, queue_bytes_mean=0.0,
-                      ecn_marks=0, pause_tx=eg["pause_tx"], pause_rx=0, paused_s=0.0)
+                      ecn_marks=0, pause_tx=eg["pause_tx"], pause_rx=0, paused_s=0.0, trims=0)
             if self.credits:
                 rx.update(_credit_delta(p.ifindex, prios.get(p.ifindex, ()), cr1, cr0))
             self.rows.append(rx)
@@ -167,7 +167,7 @@ class LinkSampler:
         offered = c.tx_bytes - c0.tx_bytes
         row = dict(base, direction="tx", offered_bytes=offered, drops=eg["drops"], discards=0,
                    queue_bytes_max=eg["qmax"], queue_bytes_mean=round(eg["qmean"], 1), ecn_marks=eg["ecn"],
-                   pause_tx=0, pause_rx=eg["pause_rx"], paused_s=round(eg["paused_s"], 6))
+                   pause_tx=0, pause_rx=eg["pause_rx"], paused_s=round(eg["paused_s"], 6), trims=eg["trims"])
         if self.fabric is None:                 # no qdisc counters: what the switch program forwarded
             row.update(time_s=round(c.read_at - self.origin, 6), bytes=offered,
                        packets=c.tx_packets - c0.tx_packets, interval_s=round(c.read_at - c0.read_at, 6))
@@ -222,12 +222,13 @@ def _credit_delta(ifx: int, prios, c1: dict, c0: dict) -> dict:
 
 def _port_delta(ifx: int, prios, q1: dict, q0: dict, pf1: dict, pf0: dict) -> dict:
     """Congestion counters of one port over an interval, summed over its priorities."""
-    out = {"drops": 0, "ecn": 0, "qmax": 0, "qmean": 0.0, "pause_rx": 0, "pause_tx": 0, "paused_s": 0.0}
+    out = {"drops": 0, "ecn": 0, "qmax": 0, "qmean": 0.0, "pause_rx": 0, "pause_tx": 0, "paused_s": 0.0, "trims": 0}
     pk = ds = 0
     for prio in prios:
         i = ifx
         c, c0 = q1[(i, prio)], q0.get((i, prio))
         out["drops"] += c.drops - (c0.drops if c0 else 0)
+        out["trims"] += c.trims - (c0.trims if c0 else 0)
         out["ecn"] += c.ecn_marks - (c0.ecn_marks if c0 else 0)
         out["pause_rx"] += c.pause_rx - (c0.pause_rx if c0 else 0)
         out["qmax"] = max(out["qmax"], c.depth_max)

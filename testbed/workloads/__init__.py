@@ -88,6 +88,9 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
             info["timelines"] = {f.flow_id: outputs[f.dst]["recv"].get(str(f.flow_id), {}).get("timeline")
                                  for f in flows}
     base = origin if origin is not None else t0
+    if info is not None:
+        info["cc_traces"] = {f.flow_id: [(t - base, w, r) for t, w, r in tx["cc_trace"]]
+                             for f in flows if (tx := outputs[f.src]["send"].get(str(f.flow_id), {})).get("cc_trace")}
     return [flow_result(f, base, outputs[f.src]["send"].get(str(f.flow_id), {}),
                         outputs[f.dst]["recv"].get(str(f.flow_id), {})) for f in flows]
 

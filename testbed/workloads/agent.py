@@ -19,6 +19,7 @@ shaped host link is back-pressuring, exactly as a blocking sendto would wait), r
 """
 from __future__ import annotations
 
+import errno
 import heapq
 import json
 import os
@@ -39,12 +40,35 @@ def _poll_ms(seconds: float) -> int:
     return max(0, int(seconds * 1000 + 0.999))
 
 
+def _where(e: BaseException) -> str:
+    """ (at file:line in function) of the innermost frame: enough to find an engine bug from one line."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return ""
+    c = tb.tb_frame.f_code
+    return f" (at {os.path.basename(c.co_filename)}:{tb.tb_lineno} in {c.co_name})"
+
+
+def _forget(poller, fd: int) -> None:
+    """Unregister ``fd``; a socket closed meanwhile by the other thread has left the epoll set already."""
+    try:
+        poller.unregister(fd)
+    except OSError as e:
+        if e.errno not in (errno.EBADF, errno.ENOENT):
+            raise
+
+
 def receive(handlers, states, give_up: float, result: dict) -> None:
-    poller = select.poll()
+    """The receive thread: serve readable handlers, run due handler timers (``next_wake``/``on_timer``: the RoCE
+    endpoint's EQDS credit pacer), check which flows finished. epoll, for sub-millisecond timer waits."""
+    poller = select.epoll()
     fdmap = {}
     for h in handlers:
         fdmap[h.fileno()] = h
-        poller.register(h, POLLIN)
+        poller.register(h, select.EPOLLIN)
+    timed = [h for h in handlers if hasattr(h, "next_wake")]
     pending = list(states)
     next_check = 0.0
 
@@ -57,10 +81,24 @@ def receive(handlers, states, give_up: float, result: dict) -> None:
             if new:
                 for c in new:
                     fdmap[c.fileno()] = c
-                    poller.register(c, POLLIN)
+                    poller.register(c, select.EPOLLIN)
             if h.closed:
-                poller.unregister(fd)
+                _forget(poller, fd)
                 del fdmap[fd]
+
+    def wait(now, until):
+        """Poll until ``until`` at most — or the first due timer — then run the timers that are due."""
+        for h in timed:
+            t = h.next_wake()
+            if t is not None and t < until:
+                until = t
+        serve(poller.poll(max(0.0, until - now)), time.time())
+        if timed:
+            t = time.time()
+            for h in timed:
+                w = h.next_wake()
+                if w is not None and w <= t:
+                    h.on_timer(t)
 
     try:
         while True:
@@ -70,13 +108,14 @@ def receive(handlers, states, give_up: float, result: dict) -> None:
                 next_check = now + CHECK_EVERY_S
                 if not pending or now >= give_up:
                     break
-            serve(poller.poll(_poll_ms(min(CHECK_EVERY_S, give_up - now))), time.time())
+            wait(now, now + min(CHECK_EVERY_S, give_up - now))
         end = time.time() + 0.05                      # final drain: late duplicates, stray packets
         while (now := time.time()) < end:
-            serve(poller.poll(_poll_ms(end - now)), now)
+            wait(now, end)
     except BaseException as e:                        # noqa: BLE001 — reported by the main thread
-        result["error"] = f"receiver: {type(e).__name__}: {e}"
+        result["error"] = f"receiver: {type(e).__name__}: {e}{_where(e)}"
     finally:
+        poller.close()
         for h in fdmap.values():
             h.close()
         result["unknown"] = sum(getattr(h, "unknown", 0) for h in handlers)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -20,6 +21,9 @@ from typing import Callable, Optional
 
 READY_TIMEOUT_S = 30.0
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+_FRAME = re.compile(r'\s*File "([^"]+)", line (\d+), in (\S+)')
 
 
 class WorkloadError(Exception):
@@ -34,8 +38,13 @@ class _Agent:
         self.ready = False
 
     def last_err_line(self) -> str:
+        """The agent's last stderr line; for a Python traceback also where it was raised (file:line in func)."""
         lines = [ln for ln in self.err.decode(errors="replace").splitlines() if ln.strip()]
-        return lines[-1].strip() if lines else "(no message)"
+        if not lines:
+            return "(no message)"
+        frames = [m for ln in lines if (m := _FRAME.match(ln))]
+        where = f" (at {os.path.basename(frames[-1][1])}:{frames[-1][2]} in {frames[-1][3]})" if frames else ""
+        return lines[-1].strip() + where
 
     def fail(self, what: str) -> WorkloadError:
         return WorkloadError(f"traffic agent on {self.host} (namespace {self.ns}) {what}: {self.last_err_line()}")

@@ -12,6 +12,8 @@ their links). A round is one ``workloads.run`` (one set of agents); the orchestr
 not counted: a step lasts from its first flow's start to its last flow's end, an operation's ``jct_ms`` is the sum
 of its steps' durations, and ``start_s``/``end_s`` are the first step's start and the last step's end. A compute
 gap is waited before a job's next iteration (a round waits for the longest gap among the jobs it continues).
+On a multi-rail fabric every transfer is striped over the rails, as NCCL gives each NIC its own channel: R flows
+of bytes/R (the remainder on rail 0), flow r from the source's NIC r to the destination's NIC r.
 """
 from __future__ import annotations
 
@@ -64,6 +66,12 @@ def steps_of(job, name: str, topo, rng: random.Random) -> list[list]:
     raise ValueError(f"unknown collective {job.pattern!r}")
 
 
+def stripes(nbytes: int, rails: int) -> list[int]:
+    """A transfer's bytes per rail: bytes // rails each, the remainder on rail 0 (rails with 0 bytes dropped)."""
+    base, extra = divmod(nbytes, rails)
+    return [p for p in [base + extra] + [base] * (rails - 1) if p > 0]
+
+
 def schedule(traffic, topo, seed: int) -> list[list[Step]]:
     """Rounds of steps (round k = step k of every job still running)."""
     rng = random.Random(seed)
@@ -91,6 +99,7 @@ def run_jobs(traffic, topo, seed: int, ns_of, duration_s: float, packet_size: in
     name, engine = _engine(traffic)
     opts = roce_opts(traffic, topo) if name == "roce" else None
     rounds = schedule(traffic, topo, seed)
+    rails = getattr(topo.spec, "rails", 1)
     base_dport = engine.dport if engine.dport is not None else traffic.dport
     rng = random.Random(seed + 1)
     all_flows, all_results = [], []
@@ -107,13 +116,15 @@ def run_jobs(traffic, topo, seed: int, ns_of, duration_s: float, packet_size: in
         flows, owner = [], []
         for s in steps:
             for src, dst, nbytes in s.pairs:
-                sport = rng.randrange(traffic.sport_base, 65536 - 64)
-                flows.append(Flow(flow_id=fid, src=src, dst=dst, src_addr=topo.address(src),
-                                  dst_addr=topo.address(dst), sport=sport, dport=base_dport, proto=engine.proto,
-                                  size_bytes=nbytes, rate_bps=traffic.rate, start_s=0.0, engine=name, opts=opts,
-                                  dscp=traffic.wire_dscp, ecn=traffic.ecn, prio=prio))
-                owner.append(s)
-                fid += 1
+                for rail, part in enumerate(stripes(nbytes, rails)):
+                    sport = rng.randrange(traffic.sport_base, 65536 - 64)
+                    flows.append(Flow(flow_id=fid, src=src, dst=dst, src_addr=topo.address(src, rail),
+                                      dst_addr=topo.address(dst, rail), sport=sport, dport=base_dport,
+                                      proto=engine.proto, size_bytes=part, rate_bps=traffic.rate, start_s=0.0,
+                                      engine=name, opts=opts, dscp=traffic.wire_dscp, ecn=traffic.ecn, prio=prio,
+                                      rail=rail))
+                    owner.append(s)
+                    fid += 1
         info: dict = {}
         limit = max(1.0, give_up - time.time())
         results = run_flows(flows, ns_of, limit, packet_size, sndbuf_bytes=sndbuf_bytes, info=info, check=check,

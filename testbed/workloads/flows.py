@@ -12,6 +12,10 @@ Patterns (``flows_per_pair`` applies to each):
   all-to-all   every ordered pair of distinct hosts
   incast       senders → receiver; senders = a list of names, a count N (the first N hosts other than the
                receiver, in host order) or None (every other host)
+  poisson      open loop: every host starts flows at Poisson arrivals of rate load × its link rate ÷ the mean
+               flow size, each to a uniformly drawn other host, its size drawn from ``size_dist`` (sizes.py),
+               during ``arrival_window`` after ``start`` (default: half the time left); ``flows_per_pair``
+               does not apply
 
 Ports: ``sport: random`` draws distinct ports in [sport_base, 65535] (never one of this plan's destination
 ports); ``sequential`` gives flow i the port sport_base + i; a fixed integer gives every flow that source port.
@@ -71,7 +75,7 @@ class Flow:
         """Every UDP/TCP source port its packets carry: one, or — RoCE with per-packet entropy — a run of
         ``entropy_values`` ports (the requester's sockets, ``roce/rc.py``)."""
         o = self.opts or {}
-        n = max(1, int(o.get("entropy_values") or 1)) if o.get("entropy") == "packet" else 1
+        n = max(1, int(o.get("entropy_values") or 1)) if o.get("entropy", "qp") != "qp" else 1
         first = min(self.sport, SPORT_MAX - n + 1)
         return range(first, first + n)
 
@@ -184,6 +188,10 @@ def _engine(traffic):
     return name, ENGINES[name]
 
 
+#: RoCE CCs that need the extended transport (XTH transmit times in data packets, XACK echoes in ACKs)
+EXT_CCS = ("nscc", "swift", "timely", "hpcc", "eqds", "nscc+eqds")
+
+
 def roce_opts(traffic, topo) -> dict:
     """Engine options every RoCE flow of ``traffic`` carries to both agents (see roce.py)."""
     from .roce import wire as rocewire
@@ -202,11 +210,94 @@ def roce_opts(traffic, topo) -> dict:
     if mtu + rocewire.HDR_MAX + rocewire.ICRC_LEN > packet_size:
         raise ValueError(f"traffic.roce.mtu {mtu} does not fit packet_size {packet_size}")
     return {"receiver": traffic.receiver, "cc": traffic.cc, "mtu": mtu, "msg_bytes": r.message_size,
-            "entropy": r.entropy, "entropy_values": r.entropy_values, "rto_s": r.rto / 1e9,
+            "entropy": r.entropy, "entropy_values": r.values, "rto_s": r.rto / 1e9,
+            "ext": traffic.cc in EXT_CCS or r.entropy in ("reps", "bitmap") or traffic.receiver == "ooo",
+            "penalty_decay_s": r.penalty_decay / 1e9 if r.penalty_decay is not None else None,
             "reorder_window": r.reorder_window,
             "reorder_time_s": (r.reorder_time if r.reorder_time is not None else r.rto / 4) / 1e9,
             "drop_prob": r.drop_prob, "ce_prob": r.ce_prob, "batch": r.batch,
-            "cnp_interval_s": params.cnp_interval_s, "dcqcn": params.to_dict()}
+            "cnp_interval_s": params.cnp_interval_s, "dcqcn": params.to_dict(),
+            **_cc_params(traffic, topo, packet_size, mtu)}
+
+
+#: scenario key → params field of each CC family (times in ns → s); the rest keep their names
+_CC_KEYS = {"nscc": {"target_qdelay": "target_qdelay_s", "fi": "fi_bytes"},
+            "swift": {"base_target": "base_target_s", "hop_scale": "hop_scale_s", "fs_range": "fs_range_s"},
+            "timely": {"t_low": "t_low_s", "t_high": "t_high_s", "delta": "delta_bps", "segment": "segment_bytes",
+                       "min_rate": "min_rate_bps"},
+            "hpcc": {}, "eqds": {"credit": "credit_bytes", "unsolicited": "unsolicited_bytes",
+                                 "credit_ttl": "credit_ttl_s"}}
+_NS = {"target_qdelay", "base_target", "hop_scale", "fs_range", "t_low", "t_high", "credit_ttl"}
+
+
+def _cc_params(traffic, topo, packet_size: int, mtu: int) -> dict:
+    """``cc_params``: {family: scaled params dict} of the CC families ``traffic.cc`` uses (roce/cc/), each with
+    the base RTT of ``traffic.<cc>.base_rtt`` or estimated from the longest host-to-host path."""
+    from .roce import cc as roce_cc
+    fams = roce_cc.families(traffic.cc)
+    if not fams:
+        return {}
+    from .roce import rc as roce_rc
+    wired = getattr(roce_rc, "CC_WIRED", ("none", "dcqcn"))      # rc.py lists the CCs it drives
+    if traffic.cc not in wired:
+        raise ValueError(f"traffic.cc: {traffic.cc!r} is not wired into the RoCE engine yet (it runs: "
+                         f"{', '.join(wired)})")
+    spec = topo.spec
+    fabric = 2 * max(0, len(topo.tiers) - 1)
+    rates = [spec.host_link.rate] * 2 + [spec.fabric_link.rate] * fabric
+    delay = (2 * spec.host_link.delay + fabric * spec.fabric_link.delay) / 1e9
+    line = spec.host_link.rate
+    out = {}
+    for fam in fams:
+        sp = getattr(traffic, fam)
+        over = {}
+        for k, v in sp.model_dump().items():
+            if k == "base_rtt" or v is None:
+                continue
+            over[_CC_KEYS[fam].get(k, k)] = v / 1e9 if k in _NS else v
+        over.setdefault("mss", mtu)
+        rtt = sp.base_rtt / 1e9 if sp.base_rtt else roce_cc.estimate_base_rtt(rates, packet_size, delay)
+        out.update(roce_cc.scaled_params(fam, line, rtt, {fam: over}))
+    return {"cc_params": out}
+
+
+def poisson_arrivals(traffic, topo, rng: random.Random, duration_s: float) -> list[tuple[float, str, str, int]]:
+    """(start_s, src, dst, size) of every flow of pattern ``poisson``, by start time. Each host's arrivals are
+    drawn in host order, so a seed always gives the same flows."""
+    from .sizes import resolve
+    cdf = resolve(traffic.size_dist)
+    start = traffic.start / 1e9
+    window = (traffic.arrival_window / 1e9 if traffic.arrival_window is not None
+              else (duration_s - start) / 2)
+    hosts = list(topo.hosts)
+    if len(hosts) < 2:
+        raise ValueError("pattern 'poisson' needs at least two hosts")
+    per_host = traffic.load * topo.spec.host_link.rate / 8 / cdf.mean()      # flows per second
+    out = []
+    for h in hosts:
+        others = [x for x in hosts if x != h]
+        t = start
+        while (t := t + rng.expovariate(per_host)) < start + window:
+            out.append((t, h, rng.choice(others), cdf.sample(rng)))
+    out.sort()
+    return out
+
+
+def _sports(traffic, n: int, dports: list[int], rng: random.Random) -> list[int]:
+    """Source ports of ``n`` flows by ``traffic.sport`` (module docstring)."""
+    if isinstance(traffic.sport, int) and not isinstance(traffic.sport, bool):
+        return [traffic.sport] * n
+    if traffic.sport == "sequential":
+        if traffic.sport_base + n - 1 > SPORT_MAX:
+            raise ValueError(f"sport sequential: {n} flows from port {traffic.sport_base} exceed {SPORT_MAX}")
+        return [traffic.sport_base + i for i in range(n)]
+    if traffic.sport == "random":
+        pool = [p for p in range(traffic.sport_base, SPORT_MAX + 1) if p not in set(dports)]
+        if n > len(pool):
+            raise ValueError(f"sport random: {n} flows need distinct ports but only {len(pool)} exist "
+                             f"from {traffic.sport_base} to {SPORT_MAX}")
+        return rng.sample(pool, n)
+    raise ValueError(f"unknown sport mode {traffic.sport!r}")
 
 
 def plan(traffic, topo, seed: int, duration_s: float) -> list[Flow]:
@@ -214,6 +305,16 @@ def plan(traffic, topo, seed: int, duration_s: float) -> list[Flow]:
     name, engine = _engine(traffic)
     opts = roce_opts(traffic, topo) if name == "roce" else None
     rng = random.Random(seed)
+    if traffic.pattern == "poisson":
+        base_dport = engine.dport if engine.dport is not None else traffic.dport
+        if isinstance(traffic.sport, int) and not isinstance(traffic.sport, bool):
+            raise ValueError("sport: pattern 'poisson' needs distinct source ports (random or sequential)")
+        arrivals = poisson_arrivals(traffic, topo, rng, duration_s)
+        sports = _sports(traffic, len(arrivals), [base_dport], rng)
+        return [Flow(flow_id=i, src=src, dst=dst, src_addr=topo.address(src), dst_addr=topo.address(dst),
+                     sport=sports[i], dport=base_dport, proto=engine.proto, size_bytes=size, rate_bps=traffic.rate,
+                     start_s=t, engine=name, opts=opts, dscp=traffic.wire_dscp, ecn=traffic.ecn)
+                for i, (t, src, dst, size) in enumerate(arrivals)]
     pairs = pairs_for(traffic, topo, rng)
     rails = getattr(topo.spec, "rails", 1)
     shift = getattr(traffic, "rail_shift", 0)
@@ -228,21 +329,7 @@ def plan(traffic, topo, seed: int, duration_s: float) -> list[Flow]:
     dports = ([base_dport + k for k in range(k_per_pair)] if fixed else [base_dport] * k_per_pair)
     if max(dports) > SPORT_MAX:
         raise ValueError(f"dport {base_dport} + {k_per_pair - 1} flows per pair exceeds {SPORT_MAX}")
-
-    if fixed:
-        sports = [traffic.sport] * n
-    elif traffic.sport == "sequential":
-        if traffic.sport_base + n - 1 > SPORT_MAX:
-            raise ValueError(f"sport sequential: {n} flows from port {traffic.sport_base} exceed {SPORT_MAX}")
-        sports = [traffic.sport_base + i for i in range(n)]
-    elif traffic.sport == "random":
-        pool = [p for p in range(traffic.sport_base, SPORT_MAX + 1) if p not in set(dports)]
-        if n > len(pool):
-            raise ValueError(f"sport random: {n} flows need distinct ports but only {len(pool)} exist "
-                             f"from {traffic.sport_base} to {SPORT_MAX}")
-        sports = rng.sample(pool, n)
-    else:
-        raise ValueError(f"unknown sport mode {traffic.sport!r}")
+    sports = _sports(traffic, n, dports, rng)
 
     flows = []
     for p, (src, dst) in enumerate(pairs):

@@ -43,6 +43,19 @@ class FlowResult:
     ce_marks: Optional[int] = None
     checksum_ok: Optional[bool] = None
     ctl_lost: Optional[int] = None   # RoCE: ACK/NAK/CNP packets the receiver could not send (host queue full)
+    # RoCE extended transport (results/README.md): trimmed headers the receiver got, ACKs with a SACK bitmap the
+    # sender used, entropy values used and penalised, RTT from echoed transmit times, the CC's rate percentiles
+    trims_seen: Optional[int] = None
+    sacks: Optional[int] = None
+    entropies_used: Optional[int] = None
+    entropy_penalties: Optional[int] = None
+    entropies_penalised: Optional[int] = None
+    rtt_min_ms: Optional[float] = None
+    rtt_p50_ms: Optional[float] = None
+    rtt_p99_ms: Optional[float] = None
+    cc_rate_p5: Optional[float] = None
+    cc_rate_p50: Optional[float] = None
+    cc_rate_p95: Optional[float] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,4 +110,12 @@ def _roce_result(f, t0, tx, rx, start, end, received, complete, fct, goodput, se
         engine=f.engine, complete=complete, reordered=rx.get("reordered"), duplicates=rx.get("dup"),
         retrans=tx.get("retrans"), bytes_sent=tx.get("bytes_sent"), error=tx.get("error") or rx.get("error"),
         naks=rx.get("naks_sent"), timeouts=tx.get("timeouts"), cnps=rx.get("cnps_sent"),
-        ce_marks=rx.get("ce_marks"), checksum_ok=rx.get("checksum_ok"), ctl_lost=rx.get("ctl_lost"))
+        ce_marks=rx.get("ce_marks"), checksum_ok=rx.get("checksum_ok"), ctl_lost=rx.get("ctl_lost"),
+        trims_seen=rx.get("trims_seen"), sacks=tx.get("sacks"), entropies_used=tx.get("entropies_used"),
+        entropy_penalties=tx.get("entropy_penalties"), entropies_penalised=tx.get("entropies_penalised"),
+        rtt_min_ms=_ms(tx.get("rtt_min_s")), rtt_p50_ms=_ms(tx.get("rtt_p50_s")), rtt_p99_ms=_ms(tx.get("rtt_p99_s")),
+        cc_rate_p5=tx.get("cc_rate_p5"), cc_rate_p50=tx.get("cc_rate_p50"), cc_rate_p95=tx.get("cc_rate_p95"))
+
+
+def _ms(x: Optional[float]) -> Optional[float]:
+    return None if x is None else x * 1e3

@@ -12,6 +12,8 @@ import time
 
 from .engine_api import (DONE, IP_TCP_HDR, READY, WAIT_READ, WAIT_TIME, WAIT_WRITE, Pacer, RxFlow, _reuse, _tos)
 
+TCP_TIMESTAMPS = 12              # the timestamp option (with padding) in every segment Linux sends
+
 PREAMBLE = struct.Struct("!4sI")
 MAGIC = b"FTB1"
 
@@ -267,6 +269,12 @@ class TcpEngine:
     name = "tcp"
     proto = "tcp"
     dport = None
+
+    @staticmethod
+    def framing(packet_size: int, opts: dict | None) -> tuple[int, int]:
+        """(flow bytes per full segment, IP-level bytes per segment that are not the flow's): the MSS is set to
+        packet_size − 40 and Linux's timestamps take 12 of it."""
+        return packet_size - IP_TCP_HDR - TCP_TIMESTAMPS, IP_TCP_HDR + TCP_TIMESTAMPS
 
     @staticmethod
     def sender(flow: dict, job: dict):

@@ -235,6 +235,11 @@ class UdpEngine:
     dport = None
 
     @staticmethod
+    def framing(packet_size: int, opts: dict | None) -> tuple[int, int]:
+        """(flow bytes per full packet, IP-level bytes per packet that are not the flow's)."""
+        return udp_payload_max(packet_size), IP_UDP_HDR
+
+    @staticmethod
     def sender(flow: dict, job: dict):
         return UdpSender(flow, job)
 

@@ -7,10 +7,12 @@ One flow = one RC QP (requester on the flow's source host, responder on its dest
 carry a RETH, the last packet of a message asks for an ACK.
 
 Per host (agent process) one ``Endpoint``: a UDP socket bound to :4791 (receives data, ACK/NAK, CNP; IP_RECVTOS
-gives the ECN bits) and a raw socket for ACK/NAK/CNP. Each requester sends its data packets on its own UDP
-socket(s), one per entropy value (``wire.data_socket``: the kernel writes IPv4/UDP headers whose ICRC-covered
-fields are fixed — IP id 0 with DF — so the ICRC is still exact; IP_RECVERR makes a full shaped host link
-back-pressure it with ENOBUFS/EAGAIN like a NIC queue instead of dropping silently).
+gives the ECN bits) and a raw socket for ACK/NAK/CNP. A requester with one entropy value sends its data packets
+on its own UDP socket (``wire.data_socket``: the kernel writes IPv4/UDP headers whose ICRC-covered fields are
+fixed — IP id 0 with DF — so the ICRC is still exact; IP_RECVERR makes a full shaped host link back-pressure it
+with ENOBUFS/EAGAIN like a NIC queue instead of dropping silently); one with several (``entropy: packet`` and the
+path-aware modes) writes whole frames, each with the source port its entropy policy picks, and sends bursts of
+them with one sendmmsg (``batch.py``; the same back-pressure).
 
 Reliability (RC):
   receiver gbn  (what RoCE NICs do) the responder accepts only the expected PSN; on a gap it sends one NAK
@@ -33,6 +35,7 @@ the network lost them (seeded); ``ce_prob`` makes the requester send that fracti
 """
 from __future__ import annotations
 
+import array
 import collections
 import errno
 import hashlib
@@ -40,10 +43,15 @@ import random
 import socket
 import struct
 import threading
-import zlib
 import time
 
-from . import wire as w
+from isal.isal_zlib import crc32 as fast_crc32     # = zlib.crc32, about twice as fast on 1 KB (tests/test_roce_batch)
+
+from . import entropy, wire as w
+from .batch import HDR as BATCH_HDR, HDR_RETH as BATCH_HDR_RETH, IP_ID as BATCH_IP_ID, TAIL as BATCH_TAIL
+from .batch import HDR_RETH_X as BATCH_HDR_RETH_X, HDR_X as BATCH_HDR_X
+from .batch import BatchSender
+from .link import resolve
 from .dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
 from ..engine_api import DONE, READY, WAIT_TIME, WAIT_WRITE
 
@@ -60,7 +68,16 @@ SOL_UDP, UDP_SEGMENT = 17, 103
 SOFT_ERRNOS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN)
 
 
+#: the traffic.cc values this engine drives (flows.roce_opts refuses the others in one line)
+CC_WIRED = ("none", "dcqcn", "nscc", "swift", "timely", "eqds", "nscc+eqds")
+
 GOT, NAKED, NAKED_GOT = 1, 2, 3      # ooo receiver's per-PSN bits: received, NAKed (0: missing)
+_SACK_BITS = bytes(0x31 if v & GOT else 0x30 for v in range(256))   # per-PSN state → SACK bit character
+
+
+def unsolicited_packets(eqds: dict, mtu: int) -> int:
+    """EQDS: the packets a sender may send before any credit (its unsolicited window, at least one)."""
+    return max(1, -(-int(eqds["unsolicited_bytes"]) // mtu))
 
 
 def rsp_qpn(fid: int) -> int:
@@ -145,6 +162,31 @@ class Endpoint:
         self.unknown = 0
         self.rx_open = False
         self.users = 0
+        self.pacer = None                          # EQDS: one credit pacer for the host's link (cc.CreditPacer)
+
+    def credit_pacer(self, eqds: dict, mtu: int):
+        """The host's EQDS pacer (made by the first responder that needs it), granting ``mtu``-byte quanta."""
+        if self.pacer is None:
+            from .cc import CreditPacer
+            self.pacer = CreditPacer(eqds["line_rate_bps"], credit_bytes=mtu, overcommit=eqds["overcommit"],
+                                     max_outstanding=eqds.get("max_outstanding") or None)
+        return self.pacer
+
+    def next_wake(self):
+        """When the credit pacer's next grant is due (None: no pacer, or nothing to grant)."""
+        return self.pacer.next_time() if self.pacer is not None else None
+
+    def on_timer(self, now: float) -> None:
+        """Issue the due credit: each grant raises its responder's credit limit, which leaves in an ACK."""
+        with self.lock:
+            dirty = {}
+            granted = self.pacer.granted
+            while (g := self.pacer.next_grant(now)) is not None:
+                r = g[0]
+                r.credit_psn = r.unsolicited + granted[r] // r.lay.mtu   # whole packets of all credit so far
+                dirty[r] = True
+            for r in dirty:
+                r._ack()
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -171,7 +213,7 @@ class Endpoint:
             clock = time.time
             for _ in range(limit):
                 try:
-                    n, ad, _fl, _addr = recv(bufs, anc)
+                    n, ad, _fl, addr = recv(bufs, anc)
                 except BlockingIOError:
                     return
                 except OSError:
@@ -188,7 +230,7 @@ class Endpoint:
                     if q is None:
                         self.unknown += 1
                     else:
-                        q.on_ack(buf, now)
+                        q.on_ack(buf, n, now)
                 elif op == w.OP_CNP:
                     q = req.get(qpn)
                     if q is None:
@@ -200,7 +242,7 @@ class Endpoint:
                     if r is None or op not in w.DATA_OPS:
                         self.unknown += 1
                     else:
-                        r.on_data(buf, n, op, tos, now)
+                        r.on_data(buf, n, op, tos, now, addr[1])
 
     def close(self) -> None:                 # the receive thread is done with it
         self.rx_open = False
@@ -238,6 +280,19 @@ class Responder:
         self.lay = Layout(flow)
         self.size = flow["size_bytes"]
         self.ooo_mode = o.get("receiver", "gbn") == "ooo"
+        self.ext = bool(o.get("ext"))              # data packets carry an XTH (transmit time)
+        self.xacks = self.ext or self.ooo_mode     # ACKs carry an XACK (SACK bitmap, echoes)
+        self.echoes: list = []                     # (entropy, ECHO_* flags) since the last ACK
+        self.ts_echo = 0
+        self.trims = 0
+        self.credit_psn = None                     # EQDS: the receiver's credit limit for this flow
+        eq = (o.get("cc_params") or {}).get("eqds") if o.get("cc") in ("eqds", "nscc+eqds") else None
+        self.unsolicited = unsolicited_packets(eq, self.lay.mtu) if eq else None
+        if eq:
+            self.credit_psn = self.unsolicited
+            npk = self.lay.npk
+            ep.credit_pacer(eq, self.lay.mtu).register(
+                self, None if npk is None else max(0, npk - self.unsolicited) * self.lay.mtu)
         self.window = int(o.get("reorder_window", 32))
         self.reorder_s = float(o.get("reorder_time_s", 0.0))
         self.reorder_max_s = max(self.reorder_s, float(o.get("rto_s", 0.01)))
@@ -276,22 +331,44 @@ class Responder:
         self.sport = flow["sport"]
 
     # -- control packets
-    def _ack(self, nak_psn: int | None = None) -> None:
+    def _xack(self, trim: bool) -> bytes:
+        """The XACK of the next ACK/NAK: SACK bitmap over the 64 PSNs after the cumulative one, the echoed
+        transmit time, the credit limit, the echoes gathered since the last ACK (then cleared)."""
+        flags = w.XACK_TRIM if trim else 0
+        bitmap = 0
+        base = self.epsn + 1
+        if self.ooo_mode and self.highest >= base:
+            bits = self.have[base:base + w.SACK_BITS].translate(_SACK_BITS)
+            bitmap = int(bits[::-1], 2)
+            flags |= w.XACK_SACK
+        if self.ext:
+            flags |= w.XACK_TS
+        credit = 0
+        if self.credit_psn is not None:
+            flags |= w.XACK_CREDIT
+            credit = self.credit_psn
+        echoes, self.echoes = self.echoes[:w.ECHO_MAX], self.echoes[w.ECHO_MAX:]
+        return w.xack_bytes(flags, base, bitmap, self.ts_echo, credit, echoes)
+
+    def _ack(self, nak_psn: int | None = None, trim: bool = False) -> None:
+        x = self._xack(trim) if (self.xacks or trim) else b""
         if nak_psn is not None:
             self.naks += 1
-            pkt = w.ack_packet(self.ctl, nak_psn, self.sport, self.epsn // self.lay.ppm, nak=True)
+            pkt = w.ack_packet(self.ctl, nak_psn, self.sport, self.epsn // self.lay.ppm, nak=True, xack=x)
         else:
             self.acks += 1
-            pkt = w.ack_packet(self.ctl, self.epsn - 1, self.sport, self.epsn // self.lay.ppm)
+            pkt = w.ack_packet(self.ctl, self.epsn - 1, self.sport, self.epsn // self.lay.ppm, xack=x)
         self.since_ack = 0
         if not self.ep.send_ctl(pkt, self.dst):
             self.ctl_lost += 1
 
-    def on_data(self, buf, n: int, op: int, tos: int, now: float) -> None:
-        if self.drop_prob and self.rng.random() < self.drop_prob:
+    def on_data(self, buf, n: int, op: int, tos: int, now: float, entropy: int = 0) -> None:
+        trimmed = buf[4] & w.BTH_TRIMMED
+        if not trimmed and self.drop_prob and self.rng.random() < self.drop_prob:
             self.dropped += 1
             return
-        if (tos & w.ECN_MASK) == w.CE:
+        ce = (tos & w.ECN_MASK) == w.CE
+        if ce:
             self.ce += 1
             if self.np is not None and self.np.on_ce(now) and not self.ep.send_ctl(
                     w.cnp_packet(self.ctl, self.sport), self.dst):
@@ -300,18 +377,42 @@ class Responder:
         ackreq = buf[8] & 0x80
         idx = w.unwrap((buf[9] << 16) | (buf[10] << 8) | buf[11], self.epsn)
         hl = w.BTH_LEN + (w.RETH_LEN if op in w.RETH_OPS else 0)
+        if self.ext:
+            self.ts_echo = w.XTH.unpack_from(buf, hl)[0]
+            hl += w.XTH_LEN
+        if self.xacks:
+            self.echoes.append((entropy, (w.ECHO_CE if ce else 0) | (w.ECHO_TRIM if trimmed else 0)))
         plen = n - hl - pad - w.ICRC_LEN
         if self.first_rx is None:
             self.first_rx = now
         npk = self.lay.npk
-        if npk is not None and not 0 <= idx < npk + 0:
-            if idx < 0 or idx >= npk:
-                self.dup += 1
-                return
-        if self.ooo_mode:
+        if npk is not None and not 0 <= idx < npk:
+            self.dup += 1
+            return
+        if self.unsolicited is not None and idx >= self.unsolicited:
+            self.ep.pacer.on_data(self.lay.mtu)      # credited data arrived (or its header): not outstanding
+        if trimmed:
+            self._trimmed(idx, now)
+        elif self.ooo_mode:
             self._ooo(buf, idx, hl, plen, ackreq, now)
         else:
             self._gbn(buf, idx, hl, plen, ackreq, now)
+
+    def _trimmed(self, idx: int, now: float) -> None:
+        """A switch trimmed this packet (its payload is gone): NAK it at once, one RTT before a hole would show
+        (ooo: that PSN; gbn: the expected PSN, the sender goes back to it)."""
+        self.trims += 1
+        if self.ooo_mode:
+            have = self.have
+            if idx >= len(have):
+                have.extend(bytes(idx - len(have) + 4096))
+            if idx >= self.epsn and not have[idx] & GOT:
+                have[idx] = NAKED
+                self._ack(nak_psn=idx & w.PSN_MASK, trim=True)
+            return
+        if idx >= self.epsn:
+            self.nak_out = True
+            self._ack(nak_psn=self.epsn & w.PSN_MASK, trim=True)
 
     def _place(self, buf, idx: int, hl: int, plen: int, now: float) -> None:
         self.packets += 1
@@ -324,6 +425,8 @@ class Responder:
     def _done_check(self, now: float) -> None:
         if self.lay.npk is not None and self.epsn >= self.lay.npk and self.complete_at is None:
             self.complete_at = now
+            if self.unsolicited is not None:
+                self.ep.pacer.stop(self)
             self._ack()
 
     def _gbn(self, buf, idx, hl, plen, ackreq, now) -> None:
@@ -371,7 +474,7 @@ class Responder:
         while self.epsn < n and have[self.epsn] & GOT:
             self.epsn += 1
             advanced = True
-        if advanced:
+        if advanced or self.xacks:            # with SACKs every arrival is news for the sender
             self.since_ack += 1
         # selective NAK: holes the highest PSN passed by more than the reorder window at least reorder_s ago
         limit = self.highest - self.window
@@ -409,8 +512,12 @@ class Responder:
     def finished(self, now: float) -> bool:
         if self.complete:
             return True
-        return self.deadline is not None and now > self.deadline and (
+        done = self.deadline is not None and now > self.deadline and (
             self.lay.npk is None or now - max(self.deadline, self.last_rx or 0.0) > self.drain_s)
+        if done and self.unsolicited is not None:
+            with self.ep.lock:
+                self.ep.pacer.stop(self)             # a duration flow's demand ends with the run
+        return done
 
     def result(self) -> dict:
         ok = None
@@ -422,10 +529,82 @@ class Responder:
                     last_rx=self.complete_at or self.last_rx, complete=self.complete, dup=self.dup,
                     reordered=self.ooo, naks_sent=self.naks, acks_sent=self.acks, ce_marks=self.ce,
                     cnps_sent=self.np.cnps if self.np else 0, injected_drops=self.dropped, checksum_ok=ok,
-                    ctl_lost=self.ctl_lost)
+                    ctl_lost=self.ctl_lost, trims_seen=self.trims)
 
 
 # ---------------------------------------------------------------- requester (sender of a flow)
+
+class RttStats:
+    """RTT samples from the echoed transmit times: minimum (the base RTT seen), smoothed (EWMA 1/8, as TCP's
+    SRTT), and the median of a bounded sample."""
+    KEEP = 4096
+
+    INITIAL = 4          # RTO multiple before the first sample (RFC 6298 starts at 1 s): a first window that
+                         # queues behind an incast's other first windows is not lost
+
+    def __init__(self, expect: bool = False):
+        self.expect = expect                        # samples will come (the flow carries XTH timestamps)
+        self.min = self.srtt = None
+        self.var = 0.0
+        self.n = 0
+        self.keep: list = []
+
+    def add(self, r: float) -> None:
+        self.n += 1
+        self.min = r if self.min is None or r < self.min else self.min
+        if self.srtt is None:
+            self.srtt, self.var = r, r / 2
+        else:
+            self.var += (abs(r - self.srtt) - self.var) / 4
+            self.srtt += (r - self.srtt) / 8
+        if len(self.keep) < self.KEEP:
+            self.keep.append(r)
+        else:
+            self.keep[self.n % self.KEEP] = r
+
+    def rto(self, floor: float) -> float:
+        """The retransmit timeout: the configured one, or SRTT + 4·RTTVAR when that is longer (RFC 6298's
+        estimator, the configured RTO as its minimum) — a deep queue on one path must not fire it spuriously."""
+        if self.srtt is None:
+            return floor * (self.INITIAL if self.expect else 1)
+        return max(floor, self.srtt + 4 * self.var)
+
+    def stats(self) -> dict:
+        if not self.n:
+            return {}
+        k = sorted(self.keep)
+        return dict(rtt_samples=self.n, rtt_min_s=self.min, rtt_p50_s=k[len(k) // 2],
+                    rtt_p99_s=k[min(len(k) - 1, int(len(k) * 0.99))])
+
+
+class CcTrace:
+    """The CC's window and rate over time, one sample per ``every`` seconds at most (for cc.csv and the plot),
+    and percentiles of the rate over every sample."""
+    KEEP = 5000
+
+    def __init__(self, every: float):
+        self.every = every
+        self.next = 0.0
+        self.rows: list = []
+        self.rates: list = []
+
+    def sample(self, now: float, cwnd, rate) -> None:
+        if now < self.next:
+            return
+        self.next = now + self.every
+        if rate is not None:
+            self.rates.append(rate)
+        if len(self.rows) < self.KEEP:
+            self.rows.append((now, None if cwnd is None or cwnd == float("inf") else cwnd, rate))
+
+    def stats(self) -> dict:
+        d: dict = {"cc_trace": self.rows}
+        if self.rates:
+            r = sorted(self.rates)
+            q = (lambda f: r[min(len(r) - 1, int(len(r) * f))])
+            d.update(cc_rate_p5=q(0.05), cc_rate_p50=q(0.5), cc_rate_p95=q(0.95))
+        return d
+
 
 class Requester:
     def __init__(self, flow: dict, job: dict):
@@ -441,27 +620,50 @@ class Requester:
         dscp = flow.get("dscp", w.DSCP_ROCE)
         self.tmpl = w.DataTemplate(flow["src_addr"], flow["dst_addr"], rsp_qpn(self.fid))   # TOS: not in the ICRC
         self.selective = o.get("receiver", "gbn") == "ooo"
-        n_ent = int(o.get("entropy_values") or 1) if o.get("entropy") == "packet" else 1
+        mode = o.get("entropy", "qp")
+        n_ent = int(o.get("entropy_values") or 1) if mode != "qp" else 1
         self.n_ent = max(1, n_ent)
+        decay = o.get("penalty_decay_s")
+        self.decay_per_rtt = decay is None and mode == "bitmap"     # a penalty point lasts one smoothed RTT
+        self.policy = entropy.make(mode, self.n_ent, float(decay or 0.0025), 0xE7 + self.fid)
+        self.track_ent = mode in ("reps", "bitmap")     # remember each PSN's entropy (NAK/timeout penalties)
+        self.psn_ent = array.array("H")
+        self.ext = bool(o.get("ext"))                   # data packets carry an XTH (transmit time)
+        self.sacked = bytearray()                       # selective: PSNs the receiver SACKed
+        self.nsacked = 0                                # … of them at or above una
+        self.sacks = self.trim_naks = 0
+        self.rtt = RttStats(expect=self.ext)
+        self.credit_limit = None                        # EQDS: new PSNs below it may go (None: no credit gate)
         self.sport = min(flow["sport"], 65535 - self.n_ent + 1)
-        # one UDP socket per entropy value (the source port is the socket's); see wire.data_socket
         self.batch = max(1, min(int(o.get("batch") or 1), 32))
-        self.socks = [w.data_socket(flow["src_addr"], self.sport + k, tos=(dscp << 2) | w.ECT0,
-                                    sndbuf=job.get("sndbuf_each"), gso=self.batch > 1 and self.n_ent == 1,
-                                    prio=flow.get("prio"))
-                      for k in range(self.n_ent)]
-        self.sock = self.socks[0]                    # the one to poll for writability (the last that blocked)
+        self.tos = (dscp << 2) | w.ECT0
+        size = flow["size_bytes"]
+        self.data = memoryview(flow_data(flow, size if size is not None else self.lay.msg))
+        if self.n_ent > 1:
+            # more than one source port: one raw socket, whole bursts per sendmmsg (batch.py)
+            self.bs = BatchSender(flow["src_addr"], flow["dst_addr"], rsp_qpn(self.fid), self.data.obj, BURST,
+                                  sndbuf=job.get("sndbuf_each"), prio=flow.get("prio"),
+                                  link=resolve(flow["src_addr"], flow["dst_addr"]))
+            self.socks = []
+            self.sock = self.bs.sock
+        else:
+            # one UDP socket (the source port is the socket's); see wire.data_socket
+            self.bs = None
+            self.socks = [w.data_socket(flow["src_addr"], self.sport, tos=self.tos, sndbuf=job.get("sndbuf_each"),
+                                        gso=self.batch > 1, prio=flow.get("prio"))]
+            self.sock = self.socks[0]                # the one to poll for writability
         self.ce_cmsg = [(socket.IPPROTO_IP, IP_TOS, struct.pack("i", (dscp << 2) | w.CE))]
         self.rto = float(o.get("rto_s", 0.01))
         self.ce_prob = float(o.get("ce_prob") or 0.0)
         self.rng = random.Random(0xCE + self.fid)
-        size = flow["size_bytes"]
-        self.data = memoryview(flow_data(flow, size if size is not None else self.lay.msg))
         self.deadline = job["t0"] + job["duration_s"]
         self.static_rate = flow.get("rate_bps")
         self.cc = o.get("cc", "none")
         self.params = DcqcnParams(**o["dcqcn"]) if self.cc == "dcqcn" else None
         self.rp = None
+        self.scc = None                                 # a window/rate CC of roce/cc (not DCQCN)
+        self.cc_opts = o.get("cc_params") or {}
+        self.trace = CcTrace(float(o.get("cc_trace_s") or 0.001)) if self.cc not in ("none",) else None
         self.una = self.nxt = self.hi = 0
         self.retxq: collections.deque = collections.deque()
         self.sent = self.retrans = self.timeouts = self.naks = self.acks = 0
@@ -473,7 +675,6 @@ class Requester:
         self.done = False
         self.last_nak = -1
         self.ep.req[req_qpn(self.fid)] = self
-        self.rate_samples: list = []
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -484,31 +685,107 @@ class Requester:
         self.next_t = now
         if self.params is not None:
             self.rp = ReactionPoint(self.params, now)
+        elif self.cc != "none":
+            from .cc import make_sender_cc
+            self.scc = make_sender_cc(self.cc, self.cc_opts, now)
+            if "eqds" in self.cc_opts and self.cc in ("eqds", "nscc+eqds"):
+                self.credit_limit = unsolicited_packets(self.cc_opts["eqds"], self.lay.mtu)
 
     # -- called by Endpoint.drain under the lock
-    def on_ack(self, buf, now: float) -> None:
+    def on_ack(self, buf, n: int, now: float) -> None:
         syn = buf[12]
         idx = w.unwrap((buf[9] << 16) | (buf[10] << 8) | buf[11], self.una)
+        una0, sacked0 = self.una, self.nsacked
+        x = w.parse_xack(buf, w.BTH_LEN + w.AETH_LEN, n - w.ICRC_LEN) if n > 20 else None
+        flags, rtt, ce = 0, None, False
+        if x is not None:
+            flags, base, bitmap, ts, credit, echoes = x
+            if flags & w.XACK_TS:
+                rtt = ((int(now * 1e6) - ts) & 0xFFFFFFFF) / 1e6
+                if rtt < 10.0:
+                    self.rtt.add(rtt)
+                    if self.decay_per_rtt:
+                        self.policy.decay_s = self.rtt.srtt
+                else:
+                    rtt = None
+            if flags & w.XACK_CREDIT:
+                lim = w.unwrap(credit, self.una)
+                if self.credit_limit is None or lim > self.credit_limit:
+                    self.credit_limit = lim
+            pol, s0, n_ent = self.policy, self.sport, self.n_ent
+            for e, f in echoes:
+                k = e - s0
+                if f & w.ECHO_CE:
+                    ce = True
+                if 0 <= k < n_ent:
+                    pol.feedback(k, f & w.ECHO_CE, f & w.ECHO_TRIM, now)
+            if flags & w.XACK_SACK and self.selective:
+                self._sack(w.unwrap(base, self.una), bitmap)
         if syn & w.NAK_MASK == w.SYN_NAK_SEQ:
             self.naks += 1
+            trim = flags & w.XACK_TRIM
+            if trim:
+                self.trim_naks += 1
+            elif self.track_ent and idx < len(self.psn_ent):
+                self.policy.nak(self.psn_ent[idx], now)
+            if self.scc is not None:
+                self.scc.on_loss(now, "trim" if trim else "nak")
             if self.selective:                       # a hole; says nothing about the PSNs before it
                 if idx >= self.una:
                     self.retxq.append(idx)
-                return
-            if idx > self.una:                       # go-back-N NAK: everything before it arrived
-                self.una = idx
-                self.last_progress = now
-            if idx != self.last_nak or now - self.last_progress > self.rto / 2:
-                self.last_nak = idx
-                self.nxt = max(idx, self.una)       # go back N
-                self.last_progress = now
+            else:
+                if idx > self.una:                   # go-back-N NAK: everything before it arrived
+                    self._advance(idx)
+                    self.last_progress = now
+                if trim or idx != self.last_nak or now - self.last_progress > self.rto / 2:
+                    self.last_nak = idx
+                    self.nxt = max(idx, self.una)   # go back N
+                    self.last_progress = now
         else:
             self.acks += 1
             if idx + 1 > self.una:
-                self.una = idx + 1
+                self._advance(idx + 1)
                 self.last_progress = now
                 if self.nxt < self.una:
                     self.nxt = self.una
+        if self.scc is not None:
+            acked = (self.una - una0) + (self.nsacked - sacked0)    # newly delivered: cumulative + SACKed
+            inflight = (self.hi - self.una - self.nsacked) * self.lay.mtu
+            self.scc.on_ack(now, acked_bytes=acked * self.lay.mtu, rtt_s=rtt, ecn=ce, inflight=inflight)
+            if self.trace is not None:
+                self.trace.sample(now, self.scc.cwnd, self._cc_rate())
+        elif self.trace is not None and self.rp is not None:
+            self.trace.sample(now, None, self.rp.rate)
+
+    def _advance(self, una: int) -> None:
+        """The cumulative ACK moved to ``una``: PSNs SACKed below it leave the SACKed-in-flight count."""
+        if self.nsacked:
+            k = self.sacked[self.una:una].count(1)
+            self.nsacked -= k
+        self.una = una
+
+    def _sack(self, base: int, bitmap: int) -> None:
+        sk, una, hi = self.sacked, self.una, self.hi
+        if bitmap and base + w.SACK_BITS > len(sk):
+            sk.extend(bytes(base + w.SACK_BITS - len(sk) + 4096))
+        if bitmap:
+            self.sacks += 1
+        while bitmap:
+            low = bitmap & -bitmap
+            j = base + low.bit_length() - 1
+            bitmap ^= low
+            if una <= j < hi and not sk[j]:
+                sk[j] = 1
+                self.nsacked += 1
+
+    def _cc_rate(self):
+        """The CC's sending rate now (bit/s): its own, else its window over the smoothed RTT."""
+        c = self.scc
+        if c.rate is not None:
+            return c.rate
+        if c.cwnd != float("inf") and self.rtt.srtt:
+            return c.cwnd * 8 / self.rtt.srtt
+        return None
 
     def on_cnp(self, now: float) -> None:
         if self.rp is not None:
@@ -525,6 +802,8 @@ class Requester:
             self.send_end = self.send_end or now
             for sk in self.socks:
                 sk.close()
+            if self.bs is not None:
+                self.bs.close()
             self.ep.release()
         return DONE, None
 
@@ -552,23 +831,46 @@ class Requester:
 
     def _check_rto(self, now: float) -> None:
         """No progress for an RTO: resend the oldest unacknowledged packet (ooo) or go back to it (gbn)."""
-        if self.hi > self.una and now - self.last_progress > self.rto:
+        if self.hi > self.una and now - self.last_progress > self.rtt.rto(self.rto):
             self.timeouts += 1
             self.last_progress = now
-            if self.selective:
-                self.retxq.append(self.una)
+            if self.track_ent and self.una < len(self.psn_ent):
+                self.policy.lost(self.psn_ent[self.una], now)
+            if self.scc is not None:
+                self.scc.on_loss(now, "timeout")
+            if self.selective:                       # every PSN not SACKed, up to one SACK window
+                sk = self.sacked
+                top = min(self.hi, self.una + w.SACK_BITS)
+                self.retxq.extend(j for j in range(self.una, top) if j >= len(sk) or not sk[j])
             else:
                 self.nxt = self.una
 
     def _rate(self, now: float):
-        """The sending rate now: DCQCN's reaction point, or the flow's static pacing rate (None = line rate)."""
+        """The sending rate now: DCQCN's reaction point, the CC's rate (or window over the RTT), or the flow's
+        static pacing rate (None = line rate)."""
         if self.rp is not None:
             self.rp.advance(now)
             return self.rp.rate
+        if self.scc is not None:
+            r = self._cc_rate()
+            if r is not None:
+                return min(r, self.static_rate) if self.static_rate else r
         return self.static_rate
+
+    def _new_psn_limit(self, mtu: int):
+        """New PSNs below this may go (None: no limit): the CC's window over the unSACKed PSNs in flight, and the
+        EQDS credit limit."""
+        limit = None
+        if self.scc is not None and self.scc.cwnd != float("inf"):
+            limit = self.una + self.nsacked + max(1, int(self.scc.cwnd // mtu))
+        if self.credit_limit is not None:
+            limit = self.credit_limit if limit is None else min(limit, self.credit_limit)
+        return limit
 
     def _burst(self, now: float, rate):
         """Up to BURST packets: retransmissions first, then new ones, in GSO runs; returns the pump status."""
+        if self.bs is not None:
+            return self._burst_batched(now, rate)
         rp, npk = self.rp, self.npk
         # The hot path (bench/roce_rate.py). Per packet: one struct.pack of BTH[+RETH], two or three crc32 calls
         # continuing from the cached IP/UDP prefix state, ICRC pack. Runs of same-size packets to one socket go
@@ -578,11 +880,19 @@ class Requester:
         pre, fix, word1, pkey = tmpl.pre, tmpl.fix, tmpl.word1, tmpl.pkey
         socks, n_ent, sport0, ppm, mtu, lmsg = self.socks, self.n_ent, self.sport, lay.ppm, lay.mtu, lay.msg
         full_msgs = lay.nmsg - 1 if npk is not None else None
-        crc32, pack_bth, pack_bthreth, pack_icrc = zlib.crc32, w.BTH.pack, w.BTH_RETH.pack, w.ICRC.pack
+        crc32, pack_bth, pack_bthreth, pack_icrc = fast_crc32, w.BTH.pack, w.BTH_RETH.pack, w.ICRC.pack
         ce_prob = self.ce_prob
         batch = self.batch if (n_ent == 1 and not ce_prob) else 1
         retxq, una, hi = self.retxq, self.una, self.hi
         nxt, next_t = self.nxt, self.next_t
+        pick = self.policy.pick if n_ent > 1 else None
+        sacked = self.sacked if self.nsacked else None
+        ext = self.ext
+        if ext:
+            ts = int(now * 1e6) & 0xFFFFFFFF
+            pack_bth, pack_bthreth = (lambda *a: w.BTH.pack(*a) + w.XTH.pack(ts, 0),
+                                      lambda *a: w.BTH_RETH.pack(*a) + w.XTH.pack(ts, 0))
+        limit = self._new_psn_limit(mtu)
         parts: list = []
         meta: list = []
         g_n, g_ulen, g_sock = 0, 0, None
@@ -590,10 +900,10 @@ class Requester:
         for _ in range(BURST):
             if retxq:
                 idx = retxq.popleft()
-                if idx < una or idx >= hi:
+                if idx < una or idx >= hi or (sacked is not None and idx < len(sacked) and sacked[idx]):
                     continue
                 from_q = True
-            elif npk is None or nxt < npk:
+            elif (npk is None or nxt < npk) and (limit is None or nxt < limit):
                 idx = nxt
                 from_q = False
             else:
@@ -611,16 +921,22 @@ class Requester:
             if not last:
                 ln = mtu
             pad = -ln & 3
-            hl = 28 if j == 0 else 12
-            ulen = 12 + hl + ln + pad                 # UDP header + BTH[+RETH] + payload + pad + ICRC (8+4)
-            sport = sport0 + idx % n_ent if n_ent > 1 else sport0
-            sock = socks[idx % n_ent] if n_ent > 1 else socks[0]
+            hl = (28 if j == 0 else 12) + (8 if ext else 0)
+            ulen = 12 + hl + ln + pad                 # UDP header + BTH[+RETH][+XTH] + payload + pad + ICRC
+            if pick is not None:
+                k = pick(now)
+                sport, sock = sport0 + k, socks[k]
+            else:
+                k, sport, sock = 0, sport0, socks[0]
             if g_n and (ulen != g_ulen or sock is not g_sock or g_n == batch):
                 st = self._send(g_sock, parts, meta, g_ulen, daddr, rp, rate, now)
                 if st is not None:
                     return st
                 parts, meta, g_n = [], [], 0
-            psnw = (0x80000000 if last else 0) | (idx & 0xFFFFFF)
+            # ack request: a message's last packet; with a CC window also the last packet the window allows
+            # (the receiver ACKs every ACK_EVERY packets, more than a small window holds) and every 4th
+            psnw = (0x80000000 if last or (ext and (idx & 3 == 3 or (limit is not None and idx + 1 >= limit)))
+                    else 0) | (idx & 0xFFFFFF)
             if j == 0:
                 hdr = pack_bthreth(w.OP_WRITE_ONLY if last else w.OP_WRITE_FIRST, pad << 4, pkey, word1, psnw,
                                    0x10000000 + m * lmsg, 0x1234, ml)
@@ -637,7 +953,7 @@ class Requester:
                 parts += (hdr, src, pd, pack_icrc(crc32(pd, c) ^ fix[ulen]))
             else:
                 parts += (hdr, src, pack_icrc(c ^ fix[ulen]))
-            meta.append((idx, from_q, ln))
+            meta.append((idx, from_q, ln, k, 20 + ulen))
             g_n += 1
             g_ulen, g_sock = ulen, sock
             if not from_q:
@@ -669,7 +985,7 @@ class Requester:
             else:
                 sock.sendmsg(parts, (), 0, daddr)
         except OSError as e:
-            for idx, from_q, _ln in reversed(meta):
+            for idx, from_q, _ln, _k, _w in reversed(meta):
                 if from_q:
                     self.retxq.appendleft(idx)
             if isinstance(e, BlockingIOError) or e.errno == errno.ENOBUFS:
@@ -679,34 +995,209 @@ class Requester:
                 return READY, None
             self.error = f"send: {e.strerror}"
             return self._finish(now)
-        wire = 20 + ulen
-        for idx, from_q, ln in meta:
+        self._commit(meta, rp, rate, now)
+        return None
+
+    def _commit(self, meta, rp, rate, now: float) -> None:
+        """Account packets that left, ``(idx, from_q, payload, entropy, wire bytes)`` each: PSN state (nxt, hi,
+        retransmissions), each PSN's entropy, bytes, DCQCN's byte counter, the pacing schedule. The RTO starts
+        now when nothing was outstanding, not at the last ACK (a paced flow idles between packets)."""
+        if not meta:
+            return
+        if self.hi <= self.una:
+            self.last_progress = now
+        pe = self.psn_ent if self.track_ent else None
+        hi, retrans, nbytes, nwire = self.hi, 0, 0, 0
+        for idx, from_q, ln, ent, wire in meta:
+            if pe is not None:
+                if idx >= len(pe):
+                    pe.extend([0] * (idx - len(pe) + 4096))
+                pe[idx] = ent
             if not from_q:
                 self.nxt = idx + 1
-            if idx < self.hi:
-                self.retrans += 1
+            if idx < hi:
+                retrans += 1
             else:
-                self.hi = idx + 1
-            self.bytes += ln
-            if rp is not None:
-                rp.on_bytes(wire, now)
+                hi = idx + 1
+            nbytes += ln
+            nwire += wire
+        self.hi = hi
+        self.retrans += retrans
+        self.bytes += nbytes
+        self.sent += len(meta)
+        if rp is not None:
+            rp.on_bytes(nwire, now)                   # = one call per packet (a byte counter)
+        if rate:
+            self.next_t += nwire * 8 / rate
+
+    def _burst_batched(self, now: float, rate):
+        """:meth:`_burst` for a flow with several source ports: up to BURST packets, each with the entropy its
+        policy picks, staged in the BatchSender's arena (whole header per packet, the payload by pointer) and sent
+        with one sendmmsg (:meth:`_flush`). Same choices as :meth:`_burst` (retransmissions first, SACKed PSNs
+        skipped, the CC window / EQDS credit limit, ack requests, pacing)."""
+        rp, npk, bs = self.rp, self.npk, self.bs
+        lay, tmpl, data, pick, sport0 = self.lay, bs.tmpl, self.data, self.policy.pick, self.sport
+        pre, fix, word1, pkey, srcb, dstb = tmpl.pre, tmpl.fix, bs.word1, bs.pkey, bs.src, bs.dst
+        mv, hdr_off, tail_off, iovq, daddr, cks = bs.mv, bs.hdr_off, bs.tail_off, bs.iovq, bs.data_addr, bs.cks
+        ppm, mtu, lmsg = lay.ppm, lay.mtu, lay.msg
+        full_msgs = lay.nmsg - 1 if npk is not None else None
+        crc32, tails = fast_crc32, BATCH_TAIL
+        ext = self.ext
+        if ext:
+            ts = int(now * 1e6) & 0xFFFFFFFF
+            pack_h, pack_hr, bth, bthreth, xl = BATCH_HDR_X.pack_into, BATCH_HDR_RETH_X.pack_into, bs.bthx, \
+                bs.bthrethx, w.XTH_LEN
+        else:
+            pack_h, pack_hr, bth, bthreth, xl = BATCH_HDR.pack_into, BATCH_HDR_RETH.pack_into, bs.bth, \
+                bs.bthreth, 0
+        hl_reth, hl_bth = bs.hl_reth + xl, bs.hl_bth + xl
+        tos0, ce_prob, rng = self.tos, self.ce_prob, self.rng
+        tos_ce = (tos0 & ~w.ECN_MASK) | w.CE
+        retxq, una, hi = self.retxq, self.una, self.hi
+        nxt, next_t = self.nxt, self.next_t
+        sacked = self.sacked if self.nsacked else None
+        limit = self._new_psn_limit(mtu)
+        meta: list = []
+        i = 0
+        broke = False
+        for _ in range(BURST):
+            if retxq:
+                idx = retxq.popleft()
+                if idx < una or idx >= hi or (sacked is not None and idx < len(sacked) and sacked[idx]):
+                    continue
+                from_q = True
+            elif (npk is None or nxt < npk) and (limit is None or nxt < limit):
+                idx = nxt
+                from_q = False
+            else:
+                broke = True
+                break
+            m, j = divmod(idx, ppm)
+            if full_msgs is None:
+                ml, base = lmsg, 0
+            else:
+                ml = lmsg if m < full_msgs else lay.size - full_msgs * lmsg
+                base = m * lmsg
+            off_in = j * mtu
+            ln = ml - off_in
+            last = ln <= mtu
+            if not last:
+                ln = mtu
+            pad = -ln & 3
+            k = pick(now)
+            sport = sport0 + k
+            tos = tos_ce if ce_prob and rng.random() < ce_prob else tos0
+            psnw = (0x80000000 if last or (ext and (idx & 3 == 3 or (limit is not None and idx + 1 >= limit)))
+                    else 0) | (idx & 0xFFFFFF)
+            h = hdr_off[i]
+            if j == 0:
+                ulen = 40 + xl + ln + pad             # UDP 8 + BTH 12 + RETH 16 [+ XTH 8] + payload + pad + ICRC 4
+                op = w.OP_WRITE_ONLY if last else w.OP_WRITE_FIRST
+                if ext:
+                    pack_hr(mv, h, 0x45, tos, 20 + ulen, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | 20 + ulen],
+                            srcb, dstb, sport, 4791, ulen, 0, op, pad << 4, pkey, word1, psnw,
+                            0x10000000 + m * lmsg, 0x1234, ml, ts, 0)
+                else:
+                    pack_hr(mv, h, 0x45, tos, 20 + ulen, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | 20 + ulen],
+                            srcb, dstb, sport, 4791, ulen, 0, op, pad << 4, pkey, word1, psnw,
+                            0x10000000 + m * lmsg, 0x1234, ml)
+                b = bthreth[i]
+                hlen = hl_reth
+            else:
+                ulen = 24 + xl + ln + pad
+                op = w.OP_WRITE_LAST if last else w.OP_WRITE_MIDDLE
+                if ext:
+                    pack_h(mv, h, 0x45, tos, 20 + ulen, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | 20 + ulen],
+                           srcb, dstb, sport, 4791, ulen, 0, op, pad << 4, pkey, word1, psnw, ts, 0)
+                else:
+                    pack_h(mv, h, 0x45, tos, 20 + ulen, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | 20 + ulen],
+                           srcb, dstb, sport, 4791, ulen, 0, op, pad << 4, pkey, word1, psnw)
+                b = bth[i]
+                hlen = hl_bth
+            key = (sport << 16 | ulen) << 7 | BATCH_IP_ID
+            c = pre.get(key)
+            if c is None:
+                c = tmpl.prefix(sport, ulen, BATCH_IP_ID)
+            o = base + off_in
+            c = crc32(data[o:o + ln], crc32(b, c))
+            if pad:
+                c = crc32(PADS[pad], c)
+            tails[pad].pack_into(mv, tail_off[i], c ^ fix[ulen])
+            q = 6 * i
+            iovq[q + 1] = hlen
+            iovq[q + 2] = daddr + o
+            iovq[q + 3] = ln
+            iovq[q + 5] = pad + 4
+            meta.append((idx, from_q, ln, k, 20 + ulen))
+            i += 1
+            if not from_q:
+                nxt = idx + 1
             if rate:
-                self.next_t += wire * 8 / rate
-        self.sent += k
-        return None
+                next_t += (20 + ulen) * 8 / rate
+                if next_t > now:
+                    broke = True
+                    break
+        if i:
+            bs.n = i
+            st = self._flush(meta, rp, rate, now)
+            if st is not None:
+                return st
+        if not broke:
+            return READY, None
+        if rate and self.next_t > now:
+            return WAIT_TIME, min(self.next_t, now + POLL_S)
+        return WAIT_TIME, now + POLL_S
+
+    def _flush(self, meta, rp, rate, now):
+        """Send the staged burst (one sendmmsg) and commit what went, as :meth:`_send` does; what did not go —
+        a partial send, or all on back-pressure — goes back: retransmissions to the queue, new packets by
+        ``nxt`` staying at the first unsent one."""
+        try:
+            sent = self.bs.flush()
+        except OSError as e:
+            sent, err = 0, e
+        else:
+            err = None
+        self._commit(meta[:sent], rp, rate, now)
+        if sent == len(meta):
+            return None
+        for idx, from_q, _ln, _k, _w in reversed(meta[sent:]):
+            if from_q:
+                self.retxq.appendleft(idx)
+        if err is None:                                # partial: the next call meets the reason (or sends)
+            return READY, None
+        if isinstance(err, BlockingIOError) or err.errno == errno.ENOBUFS:
+            return WAIT_WRITE, None
+        if err.errno in SOFT_ERRNOS:
+            return READY, None
+        self.error = f"send: {err.strerror}"
+        return self._finish(now)
 
     def stats(self) -> dict:
         rp = self.rp
-        return dict(packets_sent=self.sent, bytes_sent=self.bytes, send_start=self.send_start,
-                    send_end=self.send_end, retrans=self.retrans, timeouts=self.timeouts, naks_received=self.naks,
-                    acks_received=self.acks, cnps_received=rp.cnps if rp else 0,
-                    final_rate_bps=rp.rate if rp else None, alpha=rp.alpha if rp else None, error=self.error)
+        d = dict(packets_sent=self.sent, bytes_sent=self.bytes, send_start=self.send_start,
+                 send_end=self.send_end, retrans=self.retrans, timeouts=self.timeouts, naks_received=self.naks,
+                 acks_received=self.acks, cnps_received=rp.cnps if rp else 0,
+                 final_rate_bps=rp.rate if rp else None, alpha=rp.alpha if rp else None, error=self.error,
+                 sacks=self.sacks, trim_naks=self.trim_naks, **self.policy.stats(), **self.rtt.stats())
+        if self.trace is not None:
+            d.update(self.trace.stats())
+        if self.scc is not None:
+            d["cc_state"] = self.scc.stats()
+        return d
 
 
 class RoceEngine:
     name = "roce"
     proto = "rocev2"
     dport = w.ROCE_PORT
+
+    @staticmethod
+    def framing(packet_size: int, opts: dict | None) -> tuple[int, int]:
+        """(payload bytes per full packet: the IB path MTU, IP-level bytes per packet that are not payload:
+        IPv4 + UDP + BTH + ICRC, + the XTH when the packets carry one; a message's RETH, once, is left out)."""
+        o = opts or {}
+        return int(o["mtu"]), w.IP_LEN + w.UDP_LEN + w.BTH_LEN + w.ICRC_LEN + (w.XTH_LEN if o.get("ext") else 0)
 
     @staticmethod
     def sender(flow: dict, job: dict):

@@ -10,6 +10,12 @@ ICRC (IBTA Annex A17, RoCEv2): CRC-32 (the Ethernet/zlib polynomial, init ~0, fi
 with the variant fields masked to all ones: IPv4 TOS (DSCP+ECN), TTL and header checksum, UDP checksum and the
 BTH byte after the P_Key (resv8a / FECN, BECN). Stored in the last 4 bytes, least significant byte first (as
 Linux rxe and scapy.contrib.roce do). The UDP checksum is sent as 0 (allowed for IPv4, what RoCE NICs send).
+
+Trimmed packets (``switch.trim``, ebpf/lib/trim.h): a switch that would drop a data packet cuts it to IP + UDP +
+the first 64 bytes of the UDP payload (a 92-byte IP packet: BTH, RETH or whatever header follows, and the head
+of the data), fixes the IP length and checksum, sets the UDP length to 72 and its checksum to 0, and sets bit
+``BTH_TRIMMED`` (0x20) of BTH byte 4 — the resv8a byte, beside FECN 0x80 / BECN 0x40, masked out of the ICRC. A
+data packet with ``bth[4] & BTH_TRIMMED`` is such a header: its payload and ICRC are gone (do not check it).
 """
 from __future__ import annotations
 
@@ -59,6 +65,31 @@ TTL = 64
 IB_MTUS = (4096, 2048, 1024, 512, 256)
 
 LRH_SEED = zlib.crc32(b"\xff" * 8)
+
+# Packet trimming (switch.trim, ebpf/lib/trim.h): a switch that would drop a lossy RoCE packet cuts it to the IP +
+# UDP headers and the first TRIM_KEEP bytes of the UDP payload, sets BTH_TRIMMED in the BTH's resv8a byte (which
+# also holds FECN 0x80 / BECN 0x40 and is masked out of the ICRC) and forwards it on a high priority.
+BTH_TRIMMED = 0x20
+TRIM_KEEP = 64
+
+# Extended transport (UEC-style, when a flow's CC or entropy policy needs end-to-end feedback). Data packets carry
+# an XTH after BTH [+ RETH]: the sender's transmit time in microseconds (mod 2^32), from which the ACK's echo gives
+# the RTT, and a reserved word. It fits in TRIM_KEEP, so a trimmed header still carries it.
+XTH = struct.Struct("!II")
+XTH_LEN = 8
+# ACKs then carry an XACK after the AETH: flags, the number of echo records, a selective-ACK bitmap (bit i = PSN
+# sack_base + i received; sack_base = the cumulative PSN + 1, which is missing by definition), the echoed transmit
+# time of the packet that triggered the ACK, the receiver's credit limit (EQDS: the sender may send PSNs below it),
+# then per data packet received since the last ACK its entropy (UDP source port) and whether it was CE-marked or
+# trimmed: what path-aware spraying and ECN/delay CC read.
+XACK = struct.Struct("!BBHIQII")        # flags, n_echo, reserved, sack_base, bitmap, ts_echo_us, credit_psn
+XACK_LEN = 24
+ECHO = struct.Struct("!HBB")            # entropy (UDP source port), ECHO_* flags, reserved
+ECHO_LEN = 4
+ECHO_MAX = 32
+XACK_SACK, XACK_TS, XACK_CREDIT, XACK_TRIM = 1, 2, 4, 8   # XACK_TRIM: this NAK is for a trimmed packet
+ECHO_CE, ECHO_TRIM = 1, 2
+SACK_BITS = 64
 
 
 def ib_mtu(packet_size: int) -> int:
@@ -218,9 +249,30 @@ class DataTemplate:
         return c
 
 
-def ack_packet(t: Template, psn: int, sport: int, msn: int = 0, nak: bool = False) -> bytes:
+def ack_packet(t: Template, psn: int, sport: int, msn: int = 0, nak: bool = False, xack: bytes = b"") -> bytes:
+    """An ACK (or NAK) of ``psn``; ``xack`` (:func:`xack_bytes`) rides after the AETH when the flow uses the
+    extended transport."""
     syn = SYN_NAK_SEQ if nak else SYN_ACK
-    return t.packet(OP_ACK, psn, sport, aeth=(syn << 24) | (msn & PSN_MASK))
+    return t.packet(OP_ACK, psn, sport, payload=xack, aeth=(syn << 24) | (msn & PSN_MASK))
+
+
+def xack_bytes(flags: int, sack_base: int, bitmap: int, ts_echo_us: int, credit_psn: int,
+               echoes: list[tuple[int, int]]) -> bytes:
+    head = XACK.pack(flags, len(echoes), 0, sack_base & PSN_MASK, bitmap & ((1 << SACK_BITS) - 1),
+                     ts_echo_us & 0xFFFFFFFF, credit_psn & PSN_MASK)
+    return head + b"".join(ECHO.pack(e, f, 0) for e, f in echoes)
+
+
+def parse_xack(buf, off: int, end: int):
+    """(flags, sack_base, bitmap, ts_echo_us, credit_psn, [(entropy, flags), …]) of the XACK at ``off``, or None
+    when the ACK carries none (``end``: where the ICRC starts)."""
+    if end - off < XACK_LEN:
+        return None
+    flags, n, _r, base, bitmap, ts, credit = XACK.unpack_from(buf, off)
+    off += XACK_LEN
+    n = min(n, (end - off) // ECHO_LEN)
+    echoes = [ECHO.unpack_from(buf, off + ECHO_LEN * i)[:2] for i in range(n)]
+    return flags, base, bitmap, ts, credit, echoes
 
 
 def cnp_packet(t: Template, sport: int) -> bytes:

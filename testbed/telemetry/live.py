@@ -1,0 +1,148 @@
+"""Live Prometheus metrics of a lab (``testbed up|run --metrics HOST:PORT``).
+
+A forked helper (control/helper.py) that serves the datapath's counters while the lab lives: every scrape reads
+the BPF maps afresh, so the values are the switch program's own, as current as the scrape and never sampled
+twice (counters as Prometheus counters, depths as gauges). It reads without resetting anything the run's
+telemetry sampler resets (a queue's interval maximum), so scraping never changes a result. Per-flow bytes come
+from the switches' flow table, which the exporter turns on at every switch (``Datapath.track_all_flows``).
+
+Metric names and labels are listed in results/README.md (Live metrics).
+"""
+from __future__ import annotations
+
+import ipaddress
+import signal
+import threading
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from ..control.helper import ForkedHelper, write_result
+from ..errors import HelperFailed
+
+PREFIX = "ftb_"
+IP_PROTOS = {6: "tcp", 17: "udp"}
+
+
+class MetricsFailed(HelperFailed):
+    pass
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` with an IPv4 host → (host, port); ValueError with one readable line otherwise."""
+    host, sep, port = text.rpartition(":")
+    try:
+        ipaddress.IPv4Address(host)
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"--metrics {text!r}: expected HOST:PORT with an IPv4 host, e.g. 127.0.0.1:9464") from None
+    if not sep or not 0 < number < 65536:
+        raise ValueError(f"--metrics {text!r}: the port must be 1–65535")
+    return host, number
+
+
+class FabricCollector:
+    """A prometheus-client collector over one lab's datapath: ``collect()`` reads the maps and yields families."""
+
+    def __init__(self, lab: str, datapath, topo):
+        self.lab, self.dp, self.topo = lab, datapath, topo
+        self.ports = {p.ifindex: p for ports in topo.ports.values() for p in ports}    # switch ports, host NICs
+        self.hosts = {topo.address(h): h for h in topo.hosts}
+        self.scrapes = 0
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        self.scrapes += 1
+        port_labels = ["lab", "switch", "port", "peer"]
+
+        def fam(kind, name, doc, labels):
+            return kind(PREFIX + name, doc, labels=labels)
+        per_port = {k: fam(CounterMetricFamily, k, doc, port_labels) for k, doc in (
+            ("port_tx_bytes", "Frame bytes the switch program sent out of the port"),
+            ("port_rx_bytes", "Frame bytes that arrived on the port"),
+            ("port_tx_packets", "Packets sent out of the port"),
+            ("port_rx_packets", "Packets that arrived on the port"),
+            ("port_discards", "Frames the switch program could not forward, charged to their ingress"))}
+        for ifx, c in self.dp.port_counters().items():
+            p = self.ports[ifx]
+            labels = [self.lab, p.node, p.ifname, p.peer_node]
+            for k, v in (("port_tx_bytes", c.tx_bytes), ("port_rx_bytes", c.rx_bytes),
+                         ("port_tx_packets", c.tx_packets), ("port_rx_packets", c.rx_packets),
+                         ("port_discards", c.discards)):
+                per_port[k].add_metric(labels, v)
+        yield from per_port.values()
+
+        q_labels = port_labels + ["priority"]
+        depth = fam(GaugeMetricFamily, "queue_depth_bytes", "Bytes in the queue now (the switch program's model)",
+                    q_labels)
+        per_queue = {k: fam(CounterMetricFamily, k, doc, q_labels) for k, doc in (
+            ("queue_drops", "Packets tail-dropped at the queue's buffer"),
+            ("queue_ecn_marks", "Packets marked CE at the queue"),
+            ("queue_trims", "Packets cut to their headers instead of dropped (switch.trim)"),
+            ("pause_frames", "PFC pause frames sent for the queue's priority out of the port"),
+            ("paused_seconds", "Time the queue's egress was paused by PFC"))}
+        pfc = self.dp.pfc_counters()
+        for (ifx, prio), c in self.dp.queue_counters(reset_max=False).items():
+            p = self.ports[ifx]
+            labels = [self.lab, p.node, p.ifname, p.peer_node, str(prio)]
+            depth.add_metric(labels, self.dp.queue_depth(ifx, prio))
+            frames, paused_ns = pfc.get((ifx, prio), (0, 0))
+            for k, v in (("queue_drops", c.drops), ("queue_ecn_marks", c.ecn_marks), ("queue_trims", c.trims),
+                         ("pause_frames", frames), ("paused_seconds", paused_ns / 1e9)):
+                per_queue[k].add_metric(labels, v)
+        yield depth
+        yield from per_queue.values()
+
+        f_labels = ["lab", "switch", "src", "dst", "sport", "dport", "proto"]
+        fbytes = fam(CounterMetricFamily, "flow_bytes", "Frame bytes of the flow through the switch", f_labels)
+        fpkts = fam(CounterMetricFamily, "flow_packets", "Packets of the flow through the switch", f_labels)
+        for f in self.dp.flow_paths():
+            labels = [self.lab, f.switch, self.hosts.get(f.saddr, f.saddr), self.hosts.get(f.daddr, f.daddr),
+                      str(f.sport), str(f.dport), IP_PROTOS.get(f.proto, str(f.proto))]
+            fbytes.add_metric(labels, f.bytes)
+            fpkts.add_metric(labels, sum(f.packets.values()))
+        yield fbytes
+        yield fpkts
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):      # noqa: A002 — one line per scrape on stderr is noise
+        return
+
+
+class MetricsExporter(ForkedHelper):
+    """The parent's side: ``start()`` listens (so an address in use is refused here, in one line) and forks the
+    exporter that serves it; ``stop()`` returns its scrape count."""
+
+    label = "metrics exporter"
+    failure = MetricsFailed
+
+    def __init__(self, lab: str, datapath, topo, address: str):
+        super().__init__()
+        self.lab, self.dp, self.topo = lab, datapath, topo
+        self.host, self.port = parse_address(address)
+
+    def start(self) -> None:
+        from prometheus_client import CollectorRegistry, make_wsgi_app
+        collector = FabricCollector(self.lab, self.dp, self.topo)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(collector)
+        try:
+            server = make_server(self.host, self.port, make_wsgi_app(registry), handler_class=_QuietHandler)
+        except OSError as e:
+            raise MetricsFailed(f"metrics exporter: cannot listen on {self.host}:{self.port}: {e.strerror}") from None
+        self.dp.track_all_flows()
+        try:
+            self._fork(lambda wfd, ready: self._serve(server, collector, wfd, ready), f"ftb-{self.lab}-met")
+        finally:
+            server.server_close()              # the child holds its own copy of the socket
+
+    def _serve(self, server, collector: FabricCollector, wfd: int, ready) -> None:
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+        thread.start()
+        ready()
+        while not stop.is_set():
+            stop.wait(0.5)
+        server.shutdown()
+        thread.join(2.0)
+        write_result(wfd, {"scrapes": collector.scrapes, "address": f"{self.host}:{self.port}"})

@@ -1,0 +1,104 @@
+"""The ready scenarios in scenarios/ reproduce what their header says: each runs as shipped (``--set``-style
+overrides where the header compares), shorter where it can be, and the direction and rough size of the result
+are asserted. Times and rates compared across runs are scaled by the share of the traffic window the hypervisor
+left the machine (summary ``cpu_steal_mean``)."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from testbed import runner, scenario
+
+from conftest import ROOT, run_had
+
+pytestmark = pytest.mark.e2e
+
+
+def _run(tmp_path, name: str, tag: str, *sets: str):
+    """Run scenarios/NAME.yaml with ``--set`` overrides; the run's links, flows and summary."""
+    d, row = runner.run(scenario.load(ROOT / "scenarios" / f"{name}.yaml", sets), tmp_path / tag)
+    return pd.read_csv(d / "links.csv"), pd.read_csv(d / "flows.csv"), row
+
+
+def _uplink_bytes(links) -> pd.DataFrame:
+    up = links[(links["direction"] == "tx") & (links["role"] == "up")]
+    return up.groupby(["switch", "port"])["bytes"].sum().reset_index()
+
+
+def test_ecmp_collisions_count_flows_per_uplink(tmp_path):
+    """Uplinks 5× the hosts: each uplink's bytes are a whole number of flows (within 15 % of one), 4 per leaf,
+    and uplink_imbalance is the busiest uplink's count per leaf, averaged by bytes. Over seeds 1–2 ECMP
+    collides (mean > 1.2; balls in bins: 2.125); spraying spreads every flow evenly (< 1.05)."""
+    imbalances = []
+    for seed in (1, 2):
+        links, flows, row = _run(tmp_path, "ecmp-collisions", f"ecmp-{seed}", f"seed={seed}")
+        per_flow = flows["bytes"].mean()
+        up = _uplink_bytes(links)
+        up["flows"] = up["bytes"] / per_flow
+        assert ((up["flows"] - up["flows"].round()).abs() < 0.15).all(), up
+        maxima = []
+        for leaf, g in up.groupby("switch"):
+            assert round(g["flows"].sum()) == 4, g
+            maxima.append(g["flows"].round().max())
+        print(f"\n[ecmp-collisions seed {seed}] flows per uplink {up['flows'].round(2).tolist()}, "
+              f"uplink_imbalance {row['uplink_imbalance']:.3f}")
+        assert row["uplink_imbalance"] == pytest.approx(sum(maxima) / len(maxima), abs=0.15)
+        imbalances.append(row["uplink_imbalance"])
+    assert sum(imbalances) / len(imbalances) > 1.2
+    _l, _f, spray = _run(tmp_path, "ecmp-collisions", "spray", "switch.load_balancing=spray")
+    assert spray["uplink_imbalance"] < 1.05
+
+
+def test_spraying_lifts_permutation_utilisation_above_90_percent(tmp_path):
+    """The permutation of spray-utilisation: spraying ≥ 90 % mean uplink utilisation (of the time the
+    hypervisor left), ECMP's collisions at least 5 points lower."""
+    util = {}
+    for mode in ("ecmp", "spray"):
+        _l, _f, row = _run(tmp_path, "spray-utilisation", mode, f"switch.load_balancing={mode}")
+        util[mode] = row["mean_uplink_util"] / run_had(row)
+        print(f"\n[spray-utilisation {mode}] mean uplink util {row['mean_uplink_util']:.3f} (steal "
+              f"{row['cpu_steal_mean']:.3f}), imbalance {row['uplink_imbalance']:.3f}")
+    assert util["spray"] >= 0.9
+    assert util["ecmp"] <= util["spray"] - 0.05
+
+
+def test_pfc_throttles_the_head_of_line_victim(tmp_path):
+    """pfc-hol-victim: without PFC the victim (h5 → h1) gets its host link; with PFC ≤ 0.75 of that, and
+    nothing is dropped (measured in the credit tests: 38.9 → 13.0 Mbit/s)."""
+    got = {}
+    for pfc in (False, True):
+        _l, flows, row = _run(tmp_path, "pfc-hol-victim", f"pfc-{pfc}", f"switch.pfc.enabled={pfc}",
+                                f"hosts.pfc={pfc}")
+        victim = flows[flows["src"] == "h5"].iloc[0]
+        got[pfc] = (victim["goodput_mbps"] / run_had(row), row)
+        print(f"\n[pfc-hol-victim pfc {pfc}] victim {victim['goodput_mbps']:.1f} Mbit/s, drops {row['drops']}, "
+              f"pauses {row['pause_frames']}")
+    assert got[False][0] >= 0.85 * 40 * 1480 / 1514
+    assert got[True][0] <= 0.75 * got[False][0]
+    assert got[True][1]["drops"] == 0 and got[True][1]["pause_frames"] > 0
+
+
+def test_spraying_needs_the_reordering_tolerant_receiver(tmp_path):
+    """spray-reordering: go-back-N resends a large share of the message (≥ 20 %), the ooo receiver < 2 %, and
+    at least 10× fewer."""
+    got = {}
+    for receiver in ("gbn", "ooo"):
+        _l, flows, _r = _run(tmp_path, "spray-reordering", receiver, f"traffic.receiver={receiver}")
+        (fl,) = flows.itertuples()
+        assert fl.checksum_ok and fl.complete
+        got[receiver] = int(fl.retrans)
+        print(f"\n[spray-reordering {receiver}] retrans {fl.retrans}, reordered {fl.reordered}, naks {fl.naks}")
+    n_pk = (4 << 20) // 1024
+    assert got["gbn"] > 0.2 * n_pk and got["ooo"] < 0.02 * n_pk
+    assert got["gbn"] > 10 * max(1, got["ooo"])
+
+
+def test_dcqcn_shares_the_bottleneck_fairly(tmp_path):
+    """dcqcn-fairness: Jain's index over the two flows' goodput ≥ 0.95 with DCQCN (measured 0.999–1.000), and
+    the link stays used."""
+    _l, flows, row = _run(tmp_path, "dcqcn-fairness", "dcqcn")
+    g = flows["goodput_mbps"]
+    jain = g.sum() ** 2 / (len(g) * (g ** 2).sum())
+    print(f"\n[dcqcn-fairness] goodput {g.round(2).tolist()}, Jain {jain:.3f}")
+    assert jain >= 0.95
+    assert g.sum() >= 0.8 * 20 * 1024 / 1090 * run_had(row)
