@@ -142,8 +142,7 @@ int ftb_stage_failover(struct __sk_buff *skb)
 	if (cfg->mode == MODE_SPRAY)
 		h = bpf_get_prandom_u32();
 	else
-		h = flow_hash(cfg->seed, ftb_ntohl(ctx->p.saddr), ftb_ntohl(ctx->p.daddr), ctx->p.sport, ctx->p.dport,
-			      ctx->p.proto);
+		h = pkt_hash(cfg->seed, cfg->hash_fields, &ctx->p);
 	slot = failover_slot(group, n, h);
 	ftb_opaque(slot);
 	if (slot >= MAX_NH)

@@ -291,6 +291,25 @@ def graph(source, out, sets):
 
 
 @cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--out", type=click.Path(dir_okay=False), required=True,
+              help="The schedule file to write: CSV, or JSON when it ends in .json.")
+@set_option
+def schedule(scenario, out, sets):
+    """Write the collective jobs of SCENARIO as a replay schedule (traffic.replay): every transfer, step k + 1 of
+    a job waiting for all of step k — replaying it runs the same collective, driven by its dependencies."""
+    from .topology import build
+    from .workloads import replay
+    scen = _load(scenario, sets)
+    if not scen.traffic.collective:
+        raise UserError(f"{scenario}: no collective jobs to export (traffic.jobs, or pattern: allreduce)")
+    transfers = replay.from_collectives(scen.traffic, build(scen.topology), scen.seed)
+    replay.write(out, transfers)
+    tags = len({t.tag for t in transfers})
+    click.echo(f"schedule: {out} ({len(transfers)} transfers in {tags} operation(s))")
+
+
+@cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def doctor(as_json):
     """What this kernel can and cannot do, found by trying each feature."""

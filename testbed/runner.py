@@ -13,6 +13,7 @@ import datetime as dt
 import os
 import platform
 import secrets
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,7 +80,8 @@ class Traffic:
     """What the traffic phase produced: flows with their results (in the same order), collective rows."""
     flows: list = field(default_factory=list)
     results: list = field(default_factory=list)
-    steps: list | None = None
+    transfers: list | None = None          # collectives/replay: each flow's transfer (None: background)
+    origins: dict = field(default_factory=dict)   # collectives: transfer id → its job step (replay.Origin)
     collectives: list | None = None
     info: dict = field(default_factory=dict)
 
@@ -94,14 +96,24 @@ def _traffic(scen: Scenario, lab: Lab, origin: float, check: Callable[[], None],
     out = Traffic()
     on_t0 = lab.failures_go if lab.scheduler is not None else None
     timeline = TIMELINE_BIN_S if scen.failures else None
-    if tr.collective:
-        from .workloads import collectives
-        log(f"traffic: {len(tr.job_list())} collective job(s) ({tr.engine}), up to {duration_s:g} s")
-        out.flows, pairs, out.collectives = collectives.run_jobs(tr, topo, scen.seed, ns_of, duration_s,
-                                                                 packet_size, sndbuf_bytes=sndbuf, log=log,
-                                                                 origin=origin, check=check, on_t0=on_t0,
-                                                                 prio=host_prio(scen, tr.wire_dscp))
-        out.results, out.steps = [r for r, _ in pairs], [s for _, s in pairs]
+    if tr.scheduled:
+        from .workloads import replay
+        if tr.replay is not None:
+            transfers = replay.read(tr.replay)
+            outdir.mkdir(parents=True, exist_ok=True)            # the schedule travels with its results
+            shutil.copyfile(tr.replay, outdir / f"schedule{Path(tr.replay).suffix or '.csv'}")
+            what = f"replay of {len(transfers)} transfers"
+        else:
+            transfers = replay.from_collectives(tr, topo, scen.seed, out.origins)
+            what = f"{len(tr.job_list())} collective job(s), {len(transfers)} transfers"
+        bg = tr.pattern == "poisson"
+        log(f"traffic: {what}{' + poisson background' if bg else ''} ({tr.engine}), up to {duration_s:g} s")
+        played = replay.play(transfers, tr, topo, scen.seed, ns_of, duration_s, packet_size,
+                             prio=host_prio(scen, tr.wire_dscp), origins=out.origins, background=bg,
+                             sndbuf_bytes=sndbuf, info=out.info, origin=origin, check=check, on_t0=on_t0,
+                             timeline_bin_s=timeline)
+        out.flows, out.transfers, out.results, out.collectives = (played.flows, played.owner, played.results,
+                                                                  played.rows)
         return out
     out.flows = workloads.plan(tr, topo, scen.seed, duration_s)
     set_host_classes(scen, out.flows)
@@ -134,9 +146,13 @@ def _flow_rows(topo, traffic: Traffic, used: dict[int, int], packet_size: int) -
         row["src_leaf"] = topo.leaf_of(f.src, f.rail)
         row["dst_leaf"] = topo.leaf_of(f.dst, f.to_rail)
         row["dst_rail"] = f.to_rail
-        if traffic.steps is not None:
-            st = traffic.steps[i]
-            row.update(job=st.job, iteration=st.iteration, step=st.index)
+        if traffic.transfers is not None:
+            t = traffic.transfers[i]
+            o = traffic.origins.get(t.id) if t is not None else None
+            if o is not None:
+                row.update(job=o.job, iteration=o.iteration, step=o.step)
+            else:
+                row["transfer"], row["tag"] = (t.id, t.tag) if t is not None else (None, "background")
         rows.append(row)
     return rows
 

@@ -415,6 +415,9 @@ class SwitchSpec(Strict):
     wcmp: WcmpSpec = WcmpSpec()
     dlb: DlbSpec = DlbSpec()
     hash_seed: int = Field(1, ge=0, lt=2**32)
+    # what the ECMP/WCMP/failover hash covers; roce_qp adds the BTH destination QP of RoCEv2 packets
+    hash_fields: list[Literal["src_ip", "dst_ip", "sport", "dport", "proto", "roce_qp"]] = \
+        ["src_ip", "dst_ip", "sport", "dport", "proto"]
     buffer: Optional[Size] = None
     traffic_classes: TrafficClassSpec = TrafficClassSpec()
     ecn: EcnMap = None
@@ -423,6 +426,14 @@ class SwitchSpec(Strict):
     shared_buffer: Optional[SharedBufferSpec] = None    # None: every (port, priority) has its own `buffer`
     trim: TrimSpec = TrimSpec()
     tiers: dict[Literal[TIERS], QosSpec] = {}
+
+    @model_validator(mode="after")
+    def _hash_fields(self):
+        if not self.hash_fields:
+            raise ValueError("hash_fields: the hash needs at least one field (e.g. [src_ip, dst_ip])")
+        if len(set(self.hash_fields)) != len(self.hash_fields):
+            raise ValueError(f"hash_fields: a field is listed twice ({', '.join(self.hash_fields)})")
+        return self
 
     @property
     def sm_multipath(self) -> bool:
@@ -663,6 +674,7 @@ class TrafficSpec(Strict):
     pairs: list[tuple[NodeName, NodeName]] = []
     incast: IncastSpec = IncastSpec()
     flows_per_pair: int = Field(1, ge=1, le=1024)
+    qps_per_connection: int = Field(1, ge=1, le=64)   # collectives/replay: each transfer over this many QPs
     flow_size: Optional[Size] = None          # bytes per flow; None = send for `duration`
     rate: Optional[Rate] = None               # per flow; None = host link rate (back-pressured)
     start: Time = 0
@@ -676,11 +688,38 @@ class TrafficSpec(Strict):
     load: Optional[float] = Field(None, gt=0, le=1)   # poisson: each host's offered load, share of its link rate
     size_dist: Optional[str] = None           # poisson: websearch | hadoop | alistorage | a CDF file (sizes.py)
     arrival_window: Optional[Time] = None     # poisson: flows arrive this long after `start`; None = half the rest
+    replay: Optional[str] = None              # a schedule file (workloads/replay.py); then pattern/jobs unused
+
+    @model_validator(mode="after")
+    def _qps(self):
+        if self.qps_per_connection > 1 and not (self.jobs or self.replay or self.pattern == "allreduce"):
+            raise ValueError("qps_per_connection: splits the transfers of collective jobs and replayed schedules; "
+                             "pattern flows use flows_per_pair")
+        return self
+
+    @model_validator(mode="after")
+    def _replay(self):
+        if self.replay is None:
+            return self
+        if self.jobs:
+            raise ValueError("replay: give either a schedule to replay or collective jobs, not both")
+        if self.flow_size is not None:
+            raise ValueError("flow_size: a replayed schedule gives each transfer's bytes")
+        if self.engine == "rxe":
+            raise ValueError("engine: a replayed schedule runs on the built-in engines (roce, udp, tcp)")
+        if self.rail_shift:
+            raise ValueError("rail_shift: a replayed transfer is striped over the rails, as collectives are")
+        from .workloads.replay import ReplayError, read
+        try:
+            read(self.replay)
+        except ReplayError as e:
+            raise ValueError(f"replay: {e}") from None
+        return self
 
     @model_validator(mode="after")
     def _poisson(self):
         given = [k for k in ("load", "size_dist", "arrival_window") if getattr(self, k) is not None]
-        if self.pattern != "poisson" or self.jobs:
+        if self.pattern != "poisson":
             if given:
                 raise ValueError(f"{given[0]}: applies to pattern 'poisson' only (pattern is {self.pattern!r})")
             return self
@@ -718,7 +757,12 @@ class TrafficSpec(Strict):
 
     @property
     def collective(self) -> bool:
-        return bool(self.jobs) or self.pattern == "allreduce"
+        return (bool(self.jobs) or self.pattern == "allreduce") and self.replay is None
+
+    @property
+    def scheduled(self) -> bool:
+        """Runs as one dependency-driven schedule (workloads/replay.py): a replay or collective jobs."""
+        return self.replay is not None or self.collective
 
     @property
     def wire_dscp(self) -> int:
@@ -820,6 +864,10 @@ class Scenario(Strict):
             where += [("traffic.incast.senders", n) for n in self.traffic.incast.senders]
         for i, job in enumerate(self.traffic.jobs):
             where += [(f"traffic.jobs.{i}.hosts", n) for n in job.hosts or []]
+        if self.traffic.replay is not None:
+            from .workloads.replay import check, read
+            check(read(self.traffic.replay), {n for n in names if n.startswith("h")},
+                  f"@traffic.replay: {self.traffic.replay}")
         for path, n in where:
             if n not in names:
                 raise ValueError(f"@{path}: no node {n!r} in this topology "
@@ -1176,9 +1224,11 @@ def load(path: str | Path, overrides: tuple[str, ...] = ()) -> Scenario:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ScenarioError(f"{path}:{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
-    dist = ((doc or {}).get("traffic") or {}).get("size_dist") if isinstance(doc, dict) else None
-    if isinstance(dist, str) and (path.parent / dist).is_file() and not Path(dist).is_absolute():
-        doc["traffic"]["size_dist"] = str((path.parent / dist).resolve())     # a CDF file beside the scenario
+    tr = ((doc or {}).get("traffic") or {}) if isinstance(doc, dict) else {}
+    for key in ("size_dist", "replay"):                # a CDF or schedule file beside the scenario
+        ref = tr.get(key) if isinstance(tr, dict) else None
+        if isinstance(ref, str) and not Path(ref).is_absolute() and (path.parent / ref).is_file():
+            doc["traffic"][key] = str((path.parent / ref).resolve())
     try:
         scen = from_dict(doc, overrides)
     except ScenarioError as e:

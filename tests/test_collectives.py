@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from testbed import topology
-from testbed.workloads import collectives
+from testbed.workloads import collectives, replay
 
 from conftest import make_scenario
 
@@ -47,27 +47,31 @@ def test_pattern_allreduce_shortcut_and_bad_hosts():
 
 @pytest.mark.e2e
 def test_all_to_all_jct_spray_ooo_beats_ecmp(lab, capsys):
-    """8 hosts on 2 leaves, 4 × 50 Mbit/s uplinks per leaf (oversubscribed 2:1): ECMP collisions make the slowest
-    flow — and so the all-to-all — late; per-packet spraying with the ooo receiver evens the uplinks."""
+    """8 hosts on 2 leaves, 4 × 10 Mbit/s uplinks per leaf under 20 Mbit/s hosts (oversubscribed 2:1): ECMP
+    collisions make the slowest flow — and so the all-to-all — late; per-packet spraying with the ooo receiver
+    evens the uplinks. Rates light enough that the 2-core machine is not the bottleneck; an RTO above the
+    queueing delay (ACKs wait behind data), so that go-back-N resends only what was lost."""
     jct = {}
     retrans = {}
     for mode, receiver in (("ecmp", "gbn"), ("spray", "ooo")):
-        topo = {"spines": 4, "leaves": 2, "hosts_per_leaf": 4, "host_link": {"rate": "100mbit", "buffer": "2MB"},
-                "fabric_link": {"rate": "50mbit", "buffer": "4MB"}}
+        topo = {"spines": 4, "leaves": 2, "hosts_per_leaf": 4, "host_link": {"rate": "20mbit", "buffer": "256KB"},
+                "fabric_link": {"rate": "10mbit", "buffer": "512KB"}}
         s = make_scenario(topology=topo, switch={"load_balancing": mode, "hash_seed": 5},
-                          traffic={"engine": "roce", "receiver": receiver,
-                                   "jobs": [{"pattern": "all-to-all", "bytes": "256KB", "iterations": 2}]})
+                          traffic={"engine": "roce", "receiver": receiver, "roce": {"rto": "500ms"},
+                                   "jobs": [{"pattern": "all-to-all", "bytes": "64KB", "iterations": 2}]})
         lb = lab(s)
-        flows, res, rows = collectives.run_jobs(s.traffic, lb.topo, 1, lambda h: lb.fabric.ns[h], 60.0, 1500)
-        assert all(r.checksum_ok for r, _ in res)
-        assert all(r["jct_ms"] is not None for r in rows)
+        played = replay.play(replay.from_collectives(s.traffic, lb.topo, 1), s.traffic, lb.topo, 1,
+                             lambda h: lb.fabric.ns[h], 60.0, 1500)
+        assert all(r.checksum_ok for r in played.results)
+        rows = played.rows
+        assert len(rows) == 2 and all(r["jct_ms"] is not None for r in rows)
         jct[mode] = sum(r["jct_ms"] for r in rows) / len(rows)
-        retrans[mode] = sum(r.retrans for r, _ in res)
+        retrans[mode] = sum(r.retrans for r in played.results)
     ratio = jct["spray"] / jct["ecmp"]
     with capsys.disabled():
         print(f"\nall-to-all JCT: ecmp {jct['ecmp']:.0f} ms, spray+ooo {jct['spray']:.0f} ms, ratio {ratio:.2f}; "
               f"retransmits {retrans}")
-    assert ratio < 0.95, (jct, retrans)
+    assert ratio < 0.78, (jct, retrans)          # 0.67–0.68 measured
 
 
 def test_a_transfer_is_striped_over_the_rails():

@@ -451,3 +451,37 @@ def test_failover_mirror_moves_only_the_dead_ports_flows():
         moved[ports[j]] += ports[i] == 103
     assert hashing.failover_index(5, ports, set(ports)) is None
     assert min(moved[p] for p in (101, 105, 107)) > 0.25 * sum(moved.values())   # spread, not to one neighbour
+
+
+def roce_frame(src_port, src_ip, dst_ip, dqp: int, sport=49152):
+    """A RoCEv2 RDMA WRITE ONLY frame: UDP 4791, BTH with destination QP ``dqp``."""
+    bth = bytes([0x0A, 0, 0xFF, 0xFF, 0, (dqp >> 16) & 0xFF, (dqp >> 8) & 0xFF, dqp & 0xFF, 0x80, 0, 0, 1])
+    return (Ether(src=src_port.peer_mac, dst=src_port.mac) / IP(src=src_ip, dst=dst_ip) / UDP(sport=sport, dport=4791)
+            / Raw(bth + b"x" * 64))
+
+
+def test_hash_fields_roce_qp_spreads_qps_that_share_a_source_port(dp, topo):
+    """One fixed UDP source port, 64 destination QPs: the 5-tuple hash keeps them on one uplink; with roce_qp in
+    switch.hash_fields every choice is hashing.pkt_hash's and they spread over every uplink; src/dst only
+    ignores the ports (one uplink again, where the mirror says)."""
+    p0 = host_port(topo, "h0")
+    ups = [p.ifindex for p in topo.uplinks("leaf0")]
+    a, b = topo.address("h0"), topo.address("h4")
+    seed = dp.switch_seed("leaf0")
+    qps = [0x100 + 2 * i for i in range(64)]
+
+    def choices():
+        return [ups.index(egress_of(topo, run(dp, roce_frame(p0, a, b, q), p0.ifindex)[1]).ifindex) for q in qps]
+
+    assert len(set(choices())) == 1
+    for fields in (["src_ip", "dst_ip", "sport", "dport", "proto", "roce_qp"], ["src_ip", "dst_ip"]):
+        dp.set_mode(spec(hash_fields=fields))
+        got = choices()
+        mask = hashing.hash_mask(fields)
+        assert got == [hashing.pick(hashing.pkt_hash(seed, mask, a, b, 49152, 4791, 17, q), SPINES) for q in qps]
+        assert len(set(got)) == (SPINES if "roce_qp" in fields else 1)
+    assert hashing.pkt_hash(seed, 0, a, b, 1, 2, 17, 5) == hashing.flow_hash(seed, a, b, 1, 2, 17)
+    with pytest.raises(scenario.ScenarioError, match="hash_fields"):
+        scenario.from_dict({"switch": {"hash_fields": []}})
+    with pytest.raises(scenario.ScenarioError, match="listed twice"):
+        scenario.from_dict({"switch": {"hash_fields": ["sport", "sport"]}})

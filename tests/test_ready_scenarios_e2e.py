@@ -102,3 +102,24 @@ def test_dcqcn_shares_the_bottleneck_fairly(tmp_path):
     print(f"\n[dcqcn-fairness] goodput {g.round(2).tolist()}, Jain {jain:.3f}")
     assert jain >= 0.95
     assert g.sum() >= 0.8 * 20 * 1024 / 1090 * run_had(row)
+
+
+def test_more_qps_per_connection_shorten_the_ring_allreduce(tmp_path):
+    """qp-scaling: 4 QPs per connection finish the ring all-reduce sooner than 1 (the hash spreads 8 QPs per leaf
+    instead of 2 flows); with one fixed source port the 4 QPs of a leaf share one uplink (imbalance ≈ 2) unless
+    the switches hash the RoCE destination QP. JCT: the mean over the job's 3 iterations."""
+    runs = {"1qp": (), "4qp": ("traffic.qps_per_connection=4",),
+            "4qp-fixed": ("traffic.qps_per_connection=4", "traffic.sport=49152"),
+            "4qp-fixed-qphash": ("traffic.qps_per_connection=4", "traffic.sport=49152",
+                                 "switch.hash_fields=[src_ip,dst_ip,sport,dport,proto,roce_qp]")}
+    jct, imb = {}, {}
+    for name, sets in runs.items():
+        d, row = runner.run(scenario.load(ROOT / "scenarios" / "qp-scaling.yaml", sets), tmp_path / name)
+        ops = pd.read_csv(d / "collectives.csv")
+        assert len(ops) == 3 and ops["jct_ms"].notna().all() and row["retransmits"] == 0
+        jct[name], imb[name] = ops["jct_ms"].mean() * run_had(row), row["uplink_imbalance"]
+    print(f"\n[qp-scaling] JCT ms {({k: round(v) for k, v in jct.items()})}, uplink imbalance "
+          f"{({k: round(v, 3) for k, v in imb.items()})}")
+    assert jct["4qp"] < 0.9 * jct["1qp"]
+    assert imb["4qp-fixed"] > 1.9 and jct["4qp-fixed"] > 1.2 * jct["4qp"]
+    assert jct["4qp-fixed-qphash"] < 0.85 * jct["4qp-fixed"] and imb["4qp-fixed-qphash"] < 1.5

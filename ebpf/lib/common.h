@@ -241,7 +241,7 @@ struct sw_config {                /* sw_config[switch_id] */
 	__u32 track;              /* 1: per-flow path counters on single-port groups too (SM routing) */
 	__u64 load_window_ns;     /* the load metric: bytes a port sent over about this long */
 	__u32 wcmp_granularity;   /* WCMP_FLOW | WCMP_FLOWLET | WCMP_PACKET */
-	__u32 pad;
+	__u32 hash_fields;        /* HASH_* bits the flow hash covers (lib/hash.h pkt_hash); 0 = the 5-tuple */
 	/* DLB (MODE_DLB: the adaptive stage with a quality-band cost, lib/adaptive.h dlb_band; the loader sets
 	 * ar_granularity = AR_FLOWLET, flowlet_timeout_ns = the inactivity, load_window_ns = dlb.load_window) */
 	__u32 dlb_bands;          /* quality bands 0 .. dlb_bands − 1 (0 best), 2..16 */
@@ -259,6 +259,8 @@ struct pkt {
 	__u8 proto;
 	__u8 ttl;
 	__u8 tos;
+	__u8 pad;
+	__u32 dqp;                /* RoCEv2 (UDP 4791): the BTH destination QP; else 0 */
 };
 
 /* The forwarding decision handed from one stage (program) to the next by a tail call: the entry program parses

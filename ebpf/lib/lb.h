@@ -72,8 +72,7 @@ FTB_ALWAYS_INLINE __u64 wcmp_slot(const struct sw_config *cfg, const struct nh_g
 		fs->last_ns = now;
 		return fs->slot;
 	} else {
-		s = pick_slot(flow_hash(cfg->seed, ftb_ntohl(p->saddr), ftb_ntohl(p->daddr), p->sport, p->dport,
-					p->proto), ns);
+		s = pick_slot(pkt_hash(cfg->seed, cfg->hash_fields, p), ns);
 	}
 	ftb_opaque(s);
 	return s < WCMP_SLOTS ? g->wslot[s] : 0;
@@ -133,8 +132,7 @@ FTB_ALWAYS_INLINE __u64 lb_choose(__u32 sw, const struct nh_group *g, const stru
 		fs->last_ns = now;
 		slot = fs->slot;
 	} else {
-		slot = pick_slot(flow_hash(cfg->seed, ftb_ntohl(p->saddr), ftb_ntohl(p->daddr), p->sport, p->dport,
-					   p->proto), n);
+		slot = pick_slot(pkt_hash(cfg->seed, cfg->hash_fields, p), n);
 	}
 	ftb_opaque(slot);
 	if (slot >= MAX_NH)

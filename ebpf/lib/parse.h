@@ -4,8 +4,9 @@
 
 #include "common.h"
 
-/* Bytes the parser may touch: Ethernet, the longest IPv4 header, the two L4 ports. */
-#define PARSE_BYTES (ETH_HLEN + 60 + 4)
+/* Bytes the parser may touch: Ethernet, the longest IPv4 header, UDP and the first 8 bytes of a BTH. */
+#define PARSE_BYTES (ETH_HLEN + 60 + 8 + 8)
+#define ROCE_UDP_PORT 4791
 
 /* Make the headers linear so direct access can see them (GRO'd or paged skbs). */
 FTB_ALWAYS_INLINE void ensure_headers(struct __sk_buff *skb)
@@ -41,6 +42,8 @@ FTB_ALWAYS_INLINE int parse_ipv4(struct __sk_buff *skb, struct pkt *p)
 	p->tos = iph->tos;
 	p->sport = 0;
 	p->dport = 0;
+	p->pad = 0;
+	p->dqp = 0;
 	/* Fragments (MF set or offset != 0) hash without ports, so all pieces of a datagram take one path. */
 	if ((p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) && !(iph->frag_off & ftb_htons(0x3fff))) {
 		__u16 *l4 = (void *)iph + ihl;
@@ -48,6 +51,11 @@ FTB_ALWAYS_INLINE int parse_ipv4(struct __sk_buff *skb, struct pkt *p)
 			return DROP_MALFORMED;
 		p->sport = ftb_ntohs(l4[0]);
 		p->dport = ftb_ntohs(l4[1]);
+		if (p->proto == IPPROTO_UDP && p->dport == ROCE_UDP_PORT) {
+			__u8 *bth = (void *)l4 + 8;          /* a short datagram keeps dqp 0 */
+			if ((void *)(bth + 8) <= data_end)
+				p->dqp = ((__u32)bth[5] << 16) | ((__u32)bth[6] << 8) | bth[7];
+		}
 	}
 	return -1;
 }

@@ -546,6 +546,7 @@ class Datapath:
             v.load_window_ns = int(ar.load_window)
             v.track = 1 if self.track_flows or getattr(switch_spec, "routing", "distributed") == "sm" else 0
             v.wcmp_granularity = WCMP_GRANULARITY[switch_spec.wcmp.granularity]
+            v.hash_fields = hashing.hash_mask(switch_spec.hash_fields)
             if switch_spec.load_balancing == "adaptive" and ar.flowlet_timeout is not None:
                 v.flowlet_timeout_ns = int(ar.flowlet_timeout)
             dlb = switch_spec.dlb

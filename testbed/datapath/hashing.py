@@ -58,6 +58,27 @@ def flow_hash(seed: int, saddr, daddr, sport: int, dport: int, proto: int) -> in
                                 proto & 0xFF))
 
 
+HASH_FIELDS = {"src_ip": 0x01, "dst_ip": 0x02, "sport": 0x04, "dport": 0x08, "proto": 0x10, "roce_qp": 0x20}
+
+
+def hash_mask(fields) -> int:
+    """The sw_config.hash_fields bits of a list of field names (switch.hash_fields)."""
+    m = 0
+    for f in fields:
+        m |= HASH_FIELDS[f]
+    return m
+
+
+def pkt_hash(seed: int, fields: int, saddr, daddr, sport: int, dport: int, proto: int, dqp: int = 0) -> int:
+    """The switch program's pkt_hash: the flow hash over the fields in ``fields`` (hash_mask; 0 = the 5-tuple),
+    the RoCE destination QP mixed into the seed."""
+    f = fields or 0x1F
+    if f & 0x20:
+        seed ^= (dqp * 0x9E3779B1) & M32
+    return flow_hash(seed, _addr(saddr) if f & 0x01 else 0, _addr(daddr) if f & 0x02 else 0,
+                     sport if f & 0x04 else 0, dport if f & 0x08 else 0, proto if f & 0x10 else 0)
+
+
 def pick(h: int, n: int) -> int:
     """Map a 32-bit hash (or random number) to a slot in 0..n-1, as the datapath does."""
     return (h * n) >> 32

@@ -5,34 +5,50 @@
 
 ``run`` starts an agent in every involved host's namespace (agents.py), waits until each has started, picks t0
 a little later, hands every agent its job (the flows it sends and receives), waits for the results and always
-kills and reaps every agent it started. Result times are seconds relative to ``origin`` (the run's time zero,
+kills and reaps every agent it started. Gated flows (``Flow.after``) start when the agents receiving the flows
+they wait for announce their completion to the gated senders' agents (gating.py; sockets in a per-run directory
+removed afterwards). Result times are seconds relative to ``origin`` (the run's time zero,
 shared with the link samples) or, without one, to t0.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import tempfile
 import time
 from typing import Callable, Optional
 
 from .agents import AgentSet, WorkloadError
 from .engines import ENGINES
 from .flows import Flow, derangement, offered_mbps, plan
+from .gating import Dependencies
 from .results import FlowResult, flow_result
 
+GATE_DIR = "/run/fabric-testbed"     # a run's gate sockets (gating.py) live in a fresh directory under it
 DEFAULT_SNDBUF = 212992     # net.core.wmem_default: what one socket would get, shared by a host's UDP senders
 
 
 def _jobs(flows: list[Flow], hosts: list[str], t0: float, duration_s: float, packet_size: int, grace_s: float,
-          drain_s: float, sndbuf_bytes: Optional[int], timeline_bin_s: Optional[float] = None) -> dict[str, dict]:
+          drain_s: float, sndbuf_bytes: Optional[int], timeline_bin_s: Optional[float] = None,
+          deps: Optional[Dependencies] = None, gates: str = "") -> dict[str, dict]:
     by_src: dict[str, list] = {h: [] for h in hosts}
     by_dst: dict[str, list] = {h: [] for h in hosts}
     for f in flows:
         by_src[f.src].append(f.to_dict())
         by_dst[f.dst].append(f.to_dict())
-    return {h: {"host": h, "t0": t0, "duration_s": duration_s, "packet_size": packet_size, "grace_s": grace_s,
+    jobs = {h: {"host": h, "t0": t0, "duration_s": duration_s, "packet_size": packet_size, "grace_s": grace_s,
                 "drain_s": drain_s, "sndbuf_bytes": sndbuf_bytes, "send": by_src[h], "recv": by_dst[h],
                 "timeline_bin_s": timeline_bin_s}
             for h in hosts}
+    if deps is not None:
+        def gate_of(h):
+            return os.path.join(gates, h)
+        for h, job in jobs.items():
+            job["notify"] = deps.notify(h, gate_of)
+            if h in deps.gated_hosts:
+                job["gate"] = gate_of(h)
+    return jobs
 
 
 def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packet_size: int,
@@ -64,16 +80,21 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
     hosts = list(dict.fromkeys([h for f in flows for h in (f.src, f.dst)]))
     if timeout_s is None:
         timeout_s = duration_s + max(f.start_s for f in flows) + grace_s + 30.0
+    deps = Dependencies(flows) if any(f.after for f in flows) else None
     t_begin = time.time()
     hard_end = t_begin + timeout_s
-    with AgentSet(hosts, ns_of) as agents:
+    with contextlib.ExitStack() as stack:
+        if deps is not None:
+            os.makedirs(GATE_DIR, exist_ok=True)
+        gates = stack.enter_context(tempfile.TemporaryDirectory(prefix="gates-", dir=GATE_DIR)) if deps else ""
+        agents = stack.enter_context(AgentSet(hosts, ns_of))
         agents.wait_ready(hard_end, t_begin)
         # t0 shortly after now: every agent only has to parse its job and bind its sockets
         t0 = time.time() + (start_margin_s if start_margin_s is not None else 0.15 + 0.01 * len(hosts))
         if on_t0 is not None:
             on_t0(t0)
         agents.hand_jobs(_jobs(flows, hosts, t0, duration_s, packet_size, grace_s, drain_s, sndbuf_bytes,
-                               timeline_bin_s))
+                               timeline_bin_s, deps, gates))
         outputs = agents.collect(hard_end, timeout_s, check)
     for host, out in outputs.items():
         late = out.get("bound_at", 0) - t0

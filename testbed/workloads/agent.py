@@ -7,7 +7,11 @@ Protocol on stdio (the orchestrator is ``testbed.workloads.run``):
         "send": [flow dicts this host sends], "recv": [flow dicts this host receives],
         optional "grace_s" (2.0), "drain_s" (0.3), "sndbuf_bytes" (a budget shared by this host's UDP sockets),
         "host"}
-  3. binds every receiver at once (before t0), starts each sender at t0 + flow.start_s;
+  3. binds every receiver at once (before t0), starts each sender at t0 + flow.start_s — except a gated flow
+     (``after``: flow ids it waits for), which starts once the agents receiving those flows have announced
+     their completion on this host's gate socket (job ``gate``; gating.py), at the last completion +
+     ``after_delay_s`` or at t0 + start_s, whichever is later; the receivers of the flows in the job's
+     ``notify`` (flow id → gate paths) announce them the moment their last byte arrives (replay.py);
   4. prints ONE JSON object on its last stdout line: {"host", "t0", "bound_at", "send": {flow_id: sender
      stats}, "recv": {flow_id: receiver stats}, "unknown_packets"} and exits 0.
 A sender stops when its size is sent or at t0 + duration_s. Receivers stop when every flow finished (sized flow
@@ -24,6 +28,7 @@ import heapq
 import json
 import os
 import select
+import socket
 import sys
 import threading
 import time
@@ -31,9 +36,11 @@ import time
 from ..procname import set_process_name
 from .engine_api import DONE, READY, WAIT_READ, WAIT_TIME, WAIT_WRITE
 from .engines import ENGINES
+from .gating import Waits, announcement, parse_announcement
 
 POLLIN, POLLOUT = select.POLLIN, select.POLLOUT
 CHECK_EVERY_S = 0.02
+NEVER_STARTED = "never started: a flow it depends on did not complete"
 
 
 def _poll_ms(seconds: float) -> int:
@@ -60,10 +67,12 @@ def _forget(poller, fd: int) -> None:
             raise
 
 
-def receive(handlers, states, give_up: float, result: dict) -> None:
+def receive(handlers, states, give_up: float, result: dict, notify: dict | None = None) -> None:
     """The receive thread: serve readable handlers, run due handler timers (``next_wake``/``on_timer``: the RoCE
-    endpoint's EQDS credit pacer), check which flows finished. epoll, for sub-millisecond timer waits."""
+    endpoint's EQDS credit pacer), check which flows finished. epoll, for sub-millisecond timer waits. The
+    flows in ``notify`` are checked after every wake-up and announced the moment they complete (Announcer)."""
     poller = select.epoll()
+    announcer = Announcer(states, notify or {})
     fdmap = {}
     for h in handlers:
         fdmap[h.fileno()] = h
@@ -93,6 +102,8 @@ def receive(handlers, states, give_up: float, result: dict) -> None:
             if t is not None and t < until:
                 until = t
         serve(poller.poll(max(0.0, until - now)), time.time())
+        if announcer:
+            announcer.check()
         if timed:
             t = time.time()
             for h in timed:
@@ -116,14 +127,106 @@ def receive(handlers, states, give_up: float, result: dict) -> None:
         result["error"] = f"receiver: {type(e).__name__}: {e}{_where(e)}"
     finally:
         poller.close()
+        announcer.close()
         for h in fdmap.values():
             h.close()
         result["unknown"] = sum(getattr(h, "unknown", 0) for h in handlers)
 
 
-def send(senders, t0: float, deadline: float, give_up: float) -> None:
-    starts = sorted(senders, key=lambda s: s.flow["start_s"])
-    nxt = 0
+class Gate:
+    """The gated senders (``flow.after``), released as the announcements of the flows they wait for arrive on
+    this host's gate socket (gating.py). Bound before t0: nothing can complete earlier."""
+
+    def __init__(self, senders, path: str):
+        self.by_id = {s.flow["flow_id"]: s for s in senders}
+        self.waits = Waits([s.flow for s in senders])
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+        self.sock.setblocking(False)
+        self.fd = self.sock.fileno()
+
+    @property
+    def waiting(self) -> set[int]:
+        return self.waits.pending
+
+    def read(self) -> list:
+        """(start time, sender) of every flow the announcements that arrived release."""
+        out = []
+        while True:
+            try:
+                data = self.sock.recv(256)
+            except BlockingIOError:
+                return out
+            fid, t = parse_announcement(data)
+            out += [(at, self.by_id[w]) for w, at in self.waits.done(fid, t)]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Announcer:
+    """Each watched flow, once complete, announced to every gate waiting for it: checked by the receive thread
+    after every wake-up, and at once by a receive state that reports its own completion (``on_complete``: the
+    RoCE responder, whose packets the send loop's thread may drain); a gate not bound yet or full is retried at
+    the next wake-up."""
+
+    def __init__(self, states, notify: dict):
+        self.watched = [st for st in states if str(st.flow_id) in notify]
+        self.notify = notify
+        self.outbox: list[tuple[str, bytes]] = []
+        self.lock = threading.Lock()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) if self.watched else None
+        if self.sock is not None:
+            self.sock.setblocking(False)
+        for st in self.watched:
+            if hasattr(st, "on_complete"):
+                st.on_complete = self.completed
+
+    def __bool__(self) -> bool:
+        return bool(self.watched or self.outbox)
+
+    def completed(self, st) -> None:
+        """``st`` has just completed (any thread)."""
+        with self.lock:
+            if st in self.watched:
+                self.watched.remove(st)
+                self._queue(st)
+            self._flush()
+
+    def check(self) -> None:
+        with self.lock:
+            left = []
+            for st in self.watched:
+                if st.complete:
+                    self._queue(st)
+                else:
+                    left.append(st)
+            self.watched = left
+            self._flush()
+
+    def _queue(self, st) -> None:
+        msg = announcement(st.flow_id, getattr(st, "complete_at", None) or st.last_rx or time.time())
+        self.outbox += [(path, msg) for path in self.notify[str(st.flow_id)]]
+
+    def _flush(self) -> None:
+        keep = []
+        for path, msg in self.outbox:
+            try:
+                self.sock.sendto(msg, path)
+            except (FileNotFoundError, ConnectionRefusedError, BlockingIOError):
+                keep.append((path, msg))
+        self.outbox = keep
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+
+
+def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None = None) -> None:
+    gated = set(gate.by_id.values()) if gate is not None else set()
+    starts = [(t0 + s.flow["start_s"], i, s) for i, s in enumerate(senders) if s not in gated]
+    heapq.heapify(starts)
+    order = len(senders)
     ready: list = []
     timers: list = []                 # (wake, seq, sender)
     waiting: dict = {}                # fd → sender
@@ -131,12 +234,15 @@ def send(senders, t0: float, deadline: float, give_up: float) -> None:
     seq = 0
     past_deadline = False
     alive = len(senders)
+    listening = gate is not None
+    if listening:
+        poller.register(gate.fd, POLLIN)
     while alive:
         now = time.time()
-        while nxt < len(starts) and t0 + starts[nxt].flow["start_s"] <= now:
-            starts[nxt].begin(now)
-            ready.append(starts[nxt])
-            nxt += 1
+        while starts and starts[0][0] <= now:
+            s = heapq.heappop(starts)[2]
+            s.begin(now)
+            ready.append(s)
         if now >= give_up:
             break
         if not past_deadline and now >= deadline:
@@ -164,17 +270,25 @@ def send(senders, t0: float, deadline: float, give_up: float) -> None:
         ready = again
         if not alive:
             break
-        if ready and not waiting:
+        if ready and not waiting and not listening:
             continue
         now = time.time()
         wake = give_up if past_deadline else deadline
         if timers:
             wake = min(wake, timers[0][0])
-        if nxt < len(starts):
-            wake = min(wake, t0 + starts[nxt].flow["start_s"])
+        if starts:
+            wake = min(wake, starts[0][0])
         timeout = 0.0 if ready else max(0.0, wake - now)
-        if waiting:
+        if waiting or listening:
             for fd, _ev in poller.poll(_poll_ms(timeout)):
+                if listening and fd == gate.fd:
+                    for at, s in gate.read():
+                        order += 1
+                        heapq.heappush(starts, (max(at, t0 + s.flow["start_s"]), order, s))
+                    if not gate.waiting:                  # every gated flow released
+                        poller.unregister(fd)
+                        listening = False
+                    continue
                 s = waiting.pop(fd, None)
                 if s is not None:
                     poller.unregister(fd)
@@ -183,7 +297,8 @@ def send(senders, t0: float, deadline: float, give_up: float) -> None:
             time.sleep(timeout)
     for s in senders:                 # gave up at t0 + duration + grace: close what is left
         if not s.done:
-            s.abort("still running at the end of the grace period")
+            s.abort(NEVER_STARTED if gate is not None and s.flow["flow_id"] in gate.waiting
+                    else "still running at the end of the grace period")
 
 
 def _rx_result(st) -> dict:
@@ -231,16 +346,21 @@ def run_job(job: dict) -> dict:
             raise SystemExit(f"agent: flow {f['flow_id']}: cannot bind {f['src_addr']}:{f['sport']} → "
                              f"{f['dst_addr']}:{f['dport']}: {e.strerror}") from None
 
+    gated = [s for s in senders if s.flow.get("after")]
+    gate = Gate(gated, job["gate"]) if gated else None
     rx_result: dict = {}
     rx = None
     if handlers:
-        rx = threading.Thread(target=receive, args=(handlers, states, give_up, rx_result), daemon=True)
+        rx = threading.Thread(target=receive, args=(handlers, states, give_up, rx_result, job.get("notify")),
+                              daemon=True)
         rx.start()
     if senders:
         delay = t0 - time.time()
         if delay > 0:
             time.sleep(delay)
-        send(senders, t0, deadline, give_up)
+        send(senders, t0, deadline, give_up, gate)
+    if gate is not None:
+        gate.close()
     if rx is not None:
         rx.join()
     if "error" in rx_result:

@@ -1,25 +1,25 @@
-"""Collectives as flow schedules (``traffic.jobs``, or ``traffic.pattern: allreduce``).
+"""Collectives as schedules of transfers (``traffic.jobs``, or ``traffic.pattern: allreduce``).
 
 Each job is ``iterations`` × (its collective, then ``gap`` of compute). A collective is a list of steps, each step
-a set of sized flows that must all finish before the next step starts (a barrier, as NCCL/MPI steps do):
+a set of sized transfers; a step starts when every transfer of the step before has arrived (as NCCL/MPI steps
+wait for their data):
   allreduce    ring over the job's N hosts: 2(N−1) steps (reduce-scatter, then all-gather); in each step every
                host sends bytes/N to the next host in the ring
   all-to-all   one step: every ordered pair of distinct hosts, ``bytes`` each
   incast       one step: every other host → the first host, ``bytes`` each
   permutation  one step: a seeded derangement, ``bytes`` per flow (cross-leaf when possible)
-Several jobs run at once: round k runs step k of every job that still has steps (jobs on shared hosts then share
-their links). A round is one ``workloads.run`` (one set of agents); the orchestrator's barrier between rounds is
-not counted: a step lasts from its first flow's start to its last flow's end, an operation's ``jct_ms`` is the sum
-of its steps' durations, and ``start_s``/``end_s`` are the first step's start and the last step's end. A compute
-gap is waited before a job's next iteration (a round waits for the longest gap among the jobs it continues).
+``schedule`` lists the steps; replay.from_collectives turns them into transfers that wait for the step before
+(an iteration's first step for the previous iteration, plus the gap), and replay.play runs every job at once in
+one run, each at its own pace: an operation's ``jct_ms`` is its span, first transfer start to last arrival,
+the dependency waits included (each ≈ 1 ms: one announcement between the agents, gating.py).
 On a multi-rail fabric every transfer is striped over the rails, as NCCL gives each NIC its own channel: R flows
-of bytes/R (the remainder on rail 0), flow r from the source's NIC r to the destination's NIC r.
+of bytes/R (the remainder on rail 0), flow r from the source's NIC r to the destination's NIC r. With
+``traffic.qps_per_connection`` Q each stripe is split again over Q queue pairs (flows) the same way.
 """
 from __future__ import annotations
 
 import random
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .flows import Flow, _host_group, derangement, roce_opts, _engine
 
@@ -33,19 +33,6 @@ class Step:
     last: bool
     pairs: list            # (src, dst, bytes)
     gap_s: float = 0.0     # compute gap to wait before this step (first step of iteration ≥ 1)
-
-
-@dataclass
-class OpRecord:
-    job: str
-    iteration: int
-    op: str
-    bytes: int = 0
-    start: float | None = None
-    end: float | None = None
-    busy_s: float = 0.0
-    complete: bool = True
-    flows: list = field(default_factory=list)
 
 
 def steps_of(job, name: str, topo, rng: random.Random) -> list[list]:
@@ -72,6 +59,42 @@ def stripes(nbytes: int, rails: int) -> list[int]:
     return [p for p in [base + extra] + [base] * (rails - 1) if p > 0]
 
 
+class TransferFlows:
+    """Turns transfers (src, dst, bytes) into the run's flows: striped over the rails, each stripe split over
+    ``qps_per_connection`` queue pairs (as NCCL_IB_QPS_PER_CONNECTION does), numbered in order, each with a
+    random source port — or the scenario's fixed one (low entropy: then only a hash over the RoCE destination QP
+    tells the QPs apart; non-RoCE engines move QP q to dport + q) — and the traffic's engine, options and
+    marking: what collectives and replay share."""
+
+    def __init__(self, traffic, topo, seed: int, prio: int | None = None):
+        self.traffic, self.topo, self.prio = traffic, topo, prio
+        self.name, engine = _engine(traffic)
+        self.engine = engine
+        self.opts = roce_opts(traffic, topo) if self.name == "roce" else None
+        self.rails = getattr(topo.spec, "rails", 1)
+        self.dport = engine.dport if engine.dport is not None else traffic.dport
+        self.rng = random.Random(seed + 1)
+        self.next_id = 0
+        self.qps = getattr(traffic, "qps_per_connection", 1)
+        sport = traffic.sport
+        self.fixed = sport if isinstance(sport, int) and not isinstance(sport, bool) else None
+
+    def __call__(self, src: str, dst: str, nbytes: int, start_s: float = 0.0) -> list[Flow]:
+        out = []
+        tr = self.traffic
+        for rail, part in enumerate(stripes(nbytes, self.rails)):
+            for qp, piece in enumerate(stripes(part, self.qps)):
+                sport = self.fixed if self.fixed is not None else self.rng.randrange(tr.sport_base, 65536 - 64)
+                dport = self.dport + qp if self.fixed is not None and self.engine.dport is None else self.dport
+                out.append(Flow(flow_id=self.next_id, src=src, dst=dst, src_addr=self.topo.address(src, rail),
+                                dst_addr=self.topo.address(dst, rail), sport=sport, dport=dport,
+                                proto=self.engine.proto, size_bytes=piece, rate_bps=tr.rate, start_s=start_s,
+                                engine=self.name, opts=self.opts, dscp=tr.wire_dscp, ecn=tr.ecn, prio=self.prio,
+                                rail=rail))
+                self.next_id += 1
+        return out
+
+
 def schedule(traffic, topo, seed: int) -> list[list[Step]]:
     """Rounds of steps (round k = step k of every job still running)."""
     rng = random.Random(seed)
@@ -87,70 +110,3 @@ def schedule(traffic, topo, seed: int) -> list[list[Step]]:
         per_job.append(seq)
     rounds = max(len(s) for s in per_job)
     return [[s[r] for s in per_job if r < len(s)] for r in range(rounds)]
-
-
-def run_jobs(traffic, topo, seed: int, ns_of, duration_s: float, packet_size: int, sndbuf_bytes=None,
-             log=lambda s: None, origin: float | None = None, check=None, on_t0=None, prio: int | None = None):
-    """Run every round; return (flows, results, op rows). Times are seconds since ``origin`` (epoch seconds;
-    default the first round's t0). ``check`` is handed to every round (it may raise to abort the run);
-    ``on_t0`` gets every round's t0 (the failure scheduler takes the first); ``prio``: the host NIC class of
-    every flow (runner.host_prio)."""
-    from . import run as run_flows
-    name, engine = _engine(traffic)
-    opts = roce_opts(traffic, topo) if name == "roce" else None
-    rounds = schedule(traffic, topo, seed)
-    rails = getattr(topo.spec, "rails", 1)
-    base_dport = engine.dport if engine.dport is not None else traffic.dport
-    rng = random.Random(seed + 1)
-    all_flows, all_results = [], []
-    ops: dict[tuple, OpRecord] = {}
-    fid = 0
-    give_up = time.time() + duration_s
-    for r, steps in enumerate(rounds):
-        gap = max((s.gap_s for s in steps), default=0.0)
-        if gap:
-            time.sleep(gap)
-        if time.time() > give_up:
-            log(f"collectives: stopped before round {r + 1}/{len(rounds)}: the run's duration is over")
-            break
-        flows, owner = [], []
-        for s in steps:
-            for src, dst, nbytes in s.pairs:
-                for rail, part in enumerate(stripes(nbytes, rails)):
-                    sport = rng.randrange(traffic.sport_base, 65536 - 64)
-                    flows.append(Flow(flow_id=fid, src=src, dst=dst, src_addr=topo.address(src, rail),
-                                      dst_addr=topo.address(dst, rail), sport=sport, dport=base_dport,
-                                      proto=engine.proto, size_bytes=part, rate_bps=traffic.rate, start_s=0.0,
-                                      engine=name, opts=opts, dscp=traffic.wire_dscp, ecn=traffic.ecn, prio=prio,
-                                      rail=rail))
-                    owner.append(s)
-                    fid += 1
-        info: dict = {}
-        limit = max(1.0, give_up - time.time())
-        results = run_flows(flows, ns_of, limit, packet_size, sndbuf_bytes=sndbuf_bytes, info=info, check=check,
-                            on_t0=on_t0)
-        t0 = info["t0"]
-        if origin is None:
-            origin = t0
-        for s in steps:
-            mine = [(f, res) for f, res, o in zip(flows, results, owner) if o is s]
-            key = (s.job, s.iteration)
-            rec = ops.setdefault(key, OpRecord(s.job, s.iteration, s.op))
-            starts = [res.start_s for _, res in mine if res.start_s is not None]
-            ends = [res.end_s for _, res in mine if res.end_s is not None]
-            done = all(res.complete for _, res in mine)
-            rec.complete &= done
-            rec.bytes += sum(f.size_bytes for f, _ in mine)
-            if starts and ends:
-                st, en = min(starts) + t0 - origin, max(ends) + t0 - origin
-                rec.start = st if rec.start is None else rec.start
-                rec.end = en
-                rec.busy_s += en - st
-        for f, res, o in zip(flows, results, owner):
-            res.start_s = None if res.start_s is None else res.start_s + t0 - origin
-            res.end_s = None if res.end_s is None else res.end_s + t0 - origin
-            all_flows.append(f)
-            all_results.append((res, o))
-    rows = [dict(job=o.job, iteration=o.iteration, op=o.op, bytes=o.bytes, start_s=o.start, end_s=o.end,
-                 jct_ms=o.busy_s * 1e3 if o.complete and o.end is not None else None) for o in ops.values()]
-    return all_flows, all_results, rows

@@ -56,6 +56,8 @@ class Flow:
     ecn: str = "none"                # ECN codepoint UDP puts on its packets: none | ect0 | ect1
     prio: Optional[int] = None       # host NIC class (SO_PRIORITY → HTB class 1:(0x10+prio)); None = default
     dst_rail: Optional[int] = None   # the destination NIC's rail; None = ``rail`` (same-rail traffic)
+    after: Optional[list[int]] = None   # gated: starts once these flows completed (+ after_delay_s), replay.py
+    after_delay_s: float = 0.0
 
     @property
     def to_rail(self) -> int:

@@ -318,6 +318,7 @@ class Responder:
         self.ctl_lost = 0                 # ACK/NAK/CNP packets the host could not send
         self.first_rx = self.last_rx = None
         self.complete_at = None
+        self.on_complete = None           # called with the responder when its last packet arrives (gating)
         self.deadline = None
         self.drain_s = drain_s
         self.drop_prob = float(o.get("drop_prob") or 0.0)
@@ -428,6 +429,8 @@ class Responder:
             if self.unsolicited is not None:
                 self.ep.pacer.stop(self)
             self._ack()
+            if self.on_complete is not None:      # whichever thread drained the packet: announce it now
+                self.on_complete(self)
 
     def _gbn(self, buf, idx, hl, plen, ackreq, now) -> None:
         if idx == self.epsn:

@@ -1,0 +1,85 @@
+"""Flows that wait for other flows (``Flow.after``): who tells whom, and when a waiting flow may start.
+
+The agents coordinate among themselves, as the ranks of a collective do: the receiver of an awaited flow sends
+one datagram ``"<flow id> <epoch s>"`` to the gate socket (a Unix datagram socket, path-named, so it reaches
+across network namespaces) of every host with a flow waiting for it, the moment the last byte arrives; that
+host's agent starts each waiting flow once all it waits for have completed, at the last completion plus its
+``after_delay_s``. No hop through the orchestrator (whose link sampler holds the GIL for milliseconds at a time).
+``Dependencies`` is the orchestrator's half (checks, who notifies whom), ``Waits`` the agent's. Pure and light:
+every agent imports this module.
+"""
+from __future__ import annotations
+
+
+
+
+class Dependencies:
+    """The gated flows of a run: checked (every awaited flow is in the run, no cycle) and who notifies whom."""
+
+    def __init__(self, flows):
+        ids = {f.flow_id for f in flows}
+        self.dst = {f.flow_id: f.dst for f in flows}
+        self.waiting_hosts: dict[int, set[str]] = {}
+        self.gated_hosts: set[str] = set()
+        edges = []
+        for f in flows:
+            for d in f.after or ():
+                if d not in ids:
+                    raise ValueError(f"flow {f.flow_id} waits for flow {d}, which is not in this run")
+                self.waiting_hosts.setdefault(d, set()).add(f.src)
+                edges.append((d, f.flow_id))
+            if f.after:
+                self.gated_hosts.add(f.src)
+        if edges:
+            import networkx as nx            # here: the agents import this module and must start fast
+            try:
+                cycle = nx.find_cycle(nx.DiGraph(edges))
+            except nx.NetworkXNoCycle:
+                cycle = None
+            if cycle:
+                raise ValueError(f"flows wait for each other in a cycle: {' → '.join(str(a) for a, _ in cycle)}")
+
+    def notify(self, host: str, gate_path) -> dict[str, list[str]]:
+        """The job's ``notify`` for ``host``: each awaited flow it receives → the gate paths to announce it to
+        (``gate_path(host)`` of each host waiting for it; JSON keys are strings)."""
+        return {str(fid): sorted(gate_path(h) for h in hosts)
+                for fid, hosts in self.waiting_hosts.items() if self.dst[fid] == host}
+
+
+class Waits:
+    """One host's gated flows (flow dicts with ``after``) and what each still waits for."""
+
+    def __init__(self, flows):
+        self.left = {f["flow_id"]: set(f["after"]) for f in flows}
+        self.delay = {f["flow_id"]: float(f.get("after_delay_s") or 0.0) for f in flows}
+        self.waiters: dict[int, list[int]] = {}
+        for fid, deps in self.left.items():
+            for d in sorted(deps):
+                self.waiters.setdefault(d, []).append(fid)
+
+    def done(self, fid: int, t: float) -> list[tuple[int, float]]:
+        """Flow ``fid`` completed at ``t``: (flow, start time) of each flow that now waits for nothing; an
+        announcement repeated releases nothing."""
+        out = []
+        for w in self.waiters.pop(fid, ()):
+            deps = self.left[w]
+            deps.discard(fid)
+            if not deps:
+                del self.left[w]
+                out.append((w, t + self.delay[w]))
+        return out
+
+    @property
+    def pending(self) -> set[int]:
+        return set(self.left)
+
+
+def announcement(fid: int, t: float) -> bytes:
+    return f"{fid} {t!r}".encode()
+
+
+def parse_announcement(data: bytes) -> tuple[int, float]:
+    fid, t = data.split()
+    return int(fid), float(t)
+
+
