@@ -99,7 +99,7 @@ def _traffic(scen: Scenario, lab: Lab, origin: float, check: Callable[[], None],
     if tr.scheduled:
         from .workloads import replay
         if tr.replay is not None:
-            transfers = replay.read(tr.replay)
+            transfers = replay.dilated(replay.read(tr.replay), scen.dilation)
             outdir.mkdir(parents=True, exist_ok=True)            # the schedule travels with its results
             shutil.copyfile(tr.replay, outdir / f"schedule{Path(tr.replay).suffix or '.csv'}")
             what = f"replay of {len(transfers)} transfers"
@@ -264,6 +264,9 @@ def _manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic,
         "routing": _routing_section(scen, lab, origin) if origin is not None else None,
         "failures": [dict(a, applied=a["applied"] - origin) for a in (lab.scheduler_results or {}).get("applied", [])]
         if origin is not None and scen.failures else None,
+        "time_dilation": ({"factor": scen.dilation, "auto": scen.real_doc.get("time_dilation") == "auto",
+                           "scaled_keys": list(scen.dilated_keys), "scenario_real": scen.real_doc}
+                          if scen.real_doc is not None else None),
     }
 
 
@@ -366,6 +369,8 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
                                                    scen.duration / 1e9),
             "queue_model_error": manifest["qos"]["queue_model_error"]["mean"],
             "failed": failures[0] if failures else None, "profile": scen.profile}
+    if scen.dilation > 1:
+        meta["time_dilation"] = scen.dilation       # results gain real-unit columns (dilation.py)
     row = report.write_run(outdir, manifest, sampler.rows, _flow_rows(topo, traffic, used, scen.packet_size),
                            sampler.cpu.result(), meta, collectives=traffic.collectives, failures=fail_rows, sm=_sm_rows(topo, lab, origin),
                            int_rows=int_rows, weights=controller.rows if controller is not None else None,

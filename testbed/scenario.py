@@ -18,6 +18,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerial
                       model_validator)
 
 from . import profiles, units
+from .dilation import Quantity
 from .topology.model import TIERS
 
 
@@ -43,7 +44,8 @@ def _unit(parser):
     def dump(v, info):
         ctx = info.context or {}
         return f"{v}{_SUFFIX[parser]}" if v is not None and ctx.get("roundtrip") else v
-    return BeforeValidator(parse), PlainSerializer(dump)
+    kind = {units.rate_bps: "rate", units.time_ns: "time"}.get(parser)
+    return (BeforeValidator(parse), PlainSerializer(dump)) + ((Quantity(kind),) if kind else ())
 
 
 Rate = Annotated[int, *_unit(units.rate_bps), Field(gt=0)]
@@ -845,7 +847,27 @@ class Scenario(Strict):
     telemetry: TelemetrySpec = TelemetrySpec()
     capture: list[NodeName] = []
     failures: list[FailureSpec] = []
+    # the scenario is in real units, emulated N times slower (testbed/dilation.py); auto: N from the CPU budget
+    time_dilation: Union[Annotated[int, Field(ge=1, le=1_000_000)], Literal["auto"], None] = None
     _profile_keys: tuple[str, ...] = PrivateAttr(default=())
+    _dilation: int = PrivateAttr(default=1)
+    _real_doc: Optional[dict] = PrivateAttr(default=None)
+    _dilated_keys: tuple[str, ...] = PrivateAttr(default=())
+
+    @property
+    def dilation(self) -> int:
+        """N of a dilated scenario (this one holds the emulated values; ``time_dilation`` is unset in it), else 1."""
+        return self._dilation
+
+    @property
+    def real_doc(self) -> Optional[dict]:
+        """A dilated scenario as written, in real units (None when not dilated)."""
+        return self._real_doc
+
+    @property
+    def dilated_keys(self) -> tuple[str, ...]:
+        """The dotted keys time dilation scaled."""
+        return self._dilated_keys
 
     @property
     def profile_keys(self) -> tuple[str, ...]:
@@ -1203,6 +1225,8 @@ def from_dict(doc: Any, overrides: tuple[str, ...] = ()) -> Scenario:
     for text in overrides:
         set_path(doc, *parse_override(text))
     doc, filled = profiles.apply(doc)
+    if doc.get("time_dilation") is not None:
+        return _emulated(doc, filled)
     try:
         scen = Scenario.model_validate(doc)
     except ValidationError as e:
@@ -1210,6 +1234,30 @@ def from_dict(doc: Any, overrides: tuple[str, ...] = ()) -> Scenario:
         raise ScenarioError(first + (_profile_blame(doc, filled, first) if filled else "")) from None
     scen._profile_keys = tuple(filled)
     return scen
+
+
+def _emulated(doc: dict, filled) -> Scenario:
+    """A dilated scenario (``time_dilation``): what it states in real units scaled by N (dilation.py), then
+    validated — the checks apply to what is emulated. ``real`` keeps the mapping as written."""
+    import os
+    from . import dilation
+    td = doc["time_dilation"]
+    try:
+        if td == "auto":
+            n = dilation.auto_factor(doc, os.cpu_count() or 1)
+        elif isinstance(td, int) and not isinstance(td, bool) and 1 <= td <= 1_000_000:
+            n = td
+        else:
+            raise ScenarioError(f"time_dilation: a whole number 1..1000000 or auto, got {td!r}")
+        scaled, keys = dilation.dilate({k: v for k, v in doc.items() if k != "time_dilation"}, Scenario, n,
+                                       frozenset(filled))
+        emu = Scenario.model_validate(scaled)
+    except ValidationError as e:                  # (a ValueError too: caught first)
+        raise ScenarioError(f"{_first_error(e)} (with time_dilation {n}: the emulated value)") from None
+    except ValueError as e:                       # DilationError, a quantity that does not parse
+        raise ScenarioError(str(e)) from None
+    emu._profile_keys, emu._dilation, emu._real_doc, emu._dilated_keys = tuple(filled), n, doc, tuple(keys)
+    return emu
 
 
 def load(path: str | Path, overrides: tuple[str, ...] = ()) -> Scenario:

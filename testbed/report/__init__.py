@@ -23,6 +23,7 @@ import pandas as pd
 from .columns import (COLLECTIVE_COLUMNS, COLLECTIVES_CSV, FAILURE_COLUMNS, FAILURES_CSV, FLOW_COLUMNS, FLOWS_CSV,
                       CC_CSV, INT_CSV, INT_PATHS_CSV, LINK_COLUMNS, LINKS_CSV, WEIGHTS_CSV, MANIFEST, MANIFEST_INPUTS, META_KEYS, PLOT_FILES, RESULT_FILES,
                       SM_COLUMNS, SM_CSV, SUMMARY_COLUMNS, SUMMARY_CSV, SUMMARY_EXTRA_COLUMNS, SWEEP_CSV, SWEEP_PNG)
+from ..dilation import COLLECTIVE_REAL, FLOW_REAL, LINK_REAL, real_columns
 from .files import ReportError, atomic_write, read_csv, read_manifest, write_csv, write_json
 from .frames import (cc_frame, collectives_frame, failures_frame, flows_frame, int_frame, int_paths_frame, links_frame, ordered,
                      sm_frame, weights_frame)
@@ -68,11 +69,17 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
     outdir.mkdir(parents=True, exist_ok=True)
     links_df = links_frame(links)
     flows_df = flows_frame(flows)
+    n = int((meta or {}).get("time_dilation") or 1)
+    if n > 1:
+        real_columns(links_df, n, LINK_REAL)
+        real_columns(flows_df, n, FLOW_REAL)
     write_csv(outdir / LINKS_CSV, links_df)
     write_csv(outdir / FLOWS_CSV, flows_df)
     coll_df = None
     if collectives is not None:
         coll_df = collectives_frame(collectives)
+        if n > 1:
+            real_columns(coll_df, n, COLLECTIVE_REAL)
         write_csv(outdir / COLLECTIVES_CSV, coll_df)
     fail_df = None
     if failures is not None:

@@ -339,4 +339,7 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     for k, v in meta.items():  # extra scalar metadata (e.g. topology name) after the contract columns
         if k not in row and (v is None or isinstance(v, (str, int, float, bool, np.generic))):
             row[k] = _num(v)
+    if int(meta.get("time_dilation") or 1) > 1:   # a dilated scenario: the real-unit twins (dilation.py)
+        from ..dilation import real_summary
+        real_summary(row, int(meta["time_dilation"]))
     return row

@@ -116,6 +116,14 @@ def read(path: str | Path) -> list[Transfer]:
     return out
 
 
+def dilated(transfers: list[Transfer], n: int) -> list[Transfer]:
+    """A schedule written in real units, its start times and delays × ``n`` (time_dilation; bytes unchanged)."""
+    if n == 1:
+        return transfers
+    from dataclasses import replace
+    return [replace(t, start_s=t.start_s * n, delay_s=t.delay_s * n) for t in transfers]
+
+
 def check(transfers: list[Transfer], hosts: set[str], where: str = "replay") -> None:
     """Hosts exist, ids are unique, every dependency names a transfer, and nothing waits in a cycle."""
     import networkx as nx
