@@ -17,7 +17,7 @@ import yaml
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, ValidationError,
                       model_validator)
 
-from . import profiles, units
+from . import dilation, profiles, units
 from .dilation import Quantity
 from .topology.model import TIERS
 
@@ -1240,7 +1240,6 @@ def _emulated(doc: dict, filled) -> Scenario:
     """A dilated scenario (``time_dilation``): what it states in real units scaled by N (dilation.py), then
     validated — the checks apply to what is emulated. ``real`` keeps the mapping as written."""
     import os
-    from . import dilation
     td = doc["time_dilation"]
     try:
         if td == "auto":

@@ -164,6 +164,15 @@ def datapath_fixtures(scenario_dict: dict, tag: str, *, host_ports: bool = False
     return scen_, topo_, loaded_
 
 
+def fresh_queues(dp):
+    """A loaded datapath with zeroed counters and an empty queue model (queues, pauses, PFC ingress state), for
+    PROG_TEST_RUN tests of the egress logic."""
+    dp.reset_counters()
+    for name in (b"vq", b"egress_paused", b"ingress_state"):
+        dp.bpf[name].clear()
+    return dp
+
+
 def make_scenario(**sections) -> scenario.Scenario:
     return scenario.from_dict(sections)
 

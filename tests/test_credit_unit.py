@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import datapath_fixtures
+from conftest import datapath_fixtures, fresh_queues
 
 from testbed.control.credits import grant, margin_bytes, meter_rate
 from testbed.datapath import N_PRIO, testrun
@@ -68,9 +68,7 @@ def test_credit_mode_charges_the_ingress_without_xoff_and_stops_at_the_credit_bu
     and no more — a sender that ignored its credit would lose the excess."""
     inp, f = _frame(topo)
     out = topo.port(topo.port_named("h1", "eth0").peer_ifindex)
-    dp.reset_counters()
-    for name in (b"vq", b"egress_paused", b"ingress_state"):
-        dp.bpf[name].clear()
+    fresh_queues(dp)
     t = dp.bpf[b"egress_paused"]                            # the egress stands still: byte counts stay exact
     t[t.Key(out.ifindex * N_PRIO + 3)] = t.Leaf(time.clock_gettime_ns(time.CLOCK_MONOTONIC))
     fit = CREDIT_BUFFER // len(f)

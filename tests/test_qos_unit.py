@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import datapath_fixtures
+from conftest import datapath_fixtures, fresh_queues
 
 from testbed.datapath import N_PRIO, testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT, TC_ACT_SHOT
@@ -41,10 +41,7 @@ scen, topo, loaded = datapath_fixtures({"topology": {"spines": 2, "leaves": 2, "
 
 @pytest.fixture
 def dp(loaded):
-    loaded.reset_counters()
-    for name in (b"vq", b"egress_paused", b"ingress_state"):
-        loaded.bpf[name].clear()
-    return loaded
+    return fresh_queues(loaded)
 
 
 def ports(topo):

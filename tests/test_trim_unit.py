@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import datapath_fixtures
+from conftest import datapath_fixtures, fresh_queues
 
 from testbed.datapath import N_PRIO, testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT, TC_ACT_SHOT
@@ -39,10 +39,7 @@ scen, topo, loaded = datapath_fixtures({"topology": {"spines": 2, "leaves": 2, "
 
 @pytest.fixture
 def dp(loaded):
-    loaded.reset_counters()
-    for name in (b"vq", b"egress_paused", b"ingress_state"):
-        loaded.bpf[name].clear()
-    yield loaded
+    yield fresh_queues(loaded)
     for sw in topo_switch_ids(loaded):                 # what a test changed in the trim configuration
         set_trim(loaded, sw, on=1, threshold=0)
 

@@ -25,7 +25,6 @@ from .flows import Flow, derangement, offered_mbps, plan
 from .gating import Dependencies
 from .results import FlowResult, flow_result
 
-GATE_DIR = "/run/fabric-testbed"     # a run's gate sockets (gating.py) live in a fresh directory under it
 DEFAULT_SNDBUF = 212992     # net.core.wmem_default: what one socket would get, shared by a host's UDP senders
 
 
@@ -84,9 +83,11 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
     t_begin = time.time()
     hard_end = t_begin + timeout_s
     with contextlib.ExitStack() as stack:
-        if deps is not None:
-            os.makedirs(GATE_DIR, exist_ok=True)
-        gates = stack.enter_context(tempfile.TemporaryDirectory(prefix="gates-", dir=GATE_DIR)) if deps else ""
+        gates = ""
+        if deps is not None:                 # the gate sockets (gating.py): a fresh directory under the state dir
+            from ..fabric.netns import STATE_DIR      # here: the agents import this package (keep it light)
+            os.makedirs(STATE_DIR, exist_ok=True)
+            gates = stack.enter_context(tempfile.TemporaryDirectory(prefix="gates-", dir=STATE_DIR))
         agents = stack.enter_context(AgentSet(hosts, ns_of))
         agents.wait_ready(hard_end, t_begin)
         # t0 shortly after now: every agent only has to parse its job and bind its sockets

@@ -30,20 +30,32 @@ class Dependencies:
                 edges.append((d, f.flow_id))
             if f.after:
                 self.gated_hosts.add(f.src)
-        if edges:
-            import networkx as nx            # here: the agents import this module and must start fast
-            try:
-                cycle = nx.find_cycle(nx.DiGraph(edges))
-            except nx.NetworkXNoCycle:
-                cycle = None
-            if cycle:
-                raise ValueError(f"flows wait for each other in a cycle: {' → '.join(str(a) for a, _ in cycle)}")
+        cycle = cycle_of(edges)
+        if cycle:
+            raise ValueError(f"flows wait for each other in a cycle: {' → '.join(map(str, cycle))}")
 
     def notify(self, host: str, gate_path) -> dict[str, list[str]]:
         """The job's ``notify`` for ``host``: each awaited flow it receives → the gate paths to announce it to
         (``gate_path(host)`` of each host waiting for it; JSON keys are strings)."""
         return {str(fid): sorted(gate_path(h) for h in hosts)
                 for fid, hosts in self.waiting_hosts.items() if self.dst[fid] == host}
+
+
+def cycle_of(edges, nodes=()) -> list | None:
+    """A dependency cycle among ``edges`` (awaited, waiting) as its nodes with the first repeated at the end,
+    or None; ``nodes`` in the order the search starts from (a file's order: the cycle is named from its first
+    transfer)."""
+    if not edges:
+        return None
+    import networkx as nx            # here: the agents import this module and must start fast
+    g = nx.DiGraph()
+    g.add_nodes_from(nodes)
+    g.add_edges_from(edges)
+    try:
+        cycle = nx.find_cycle(g)
+    except nx.NetworkXNoCycle:
+        return None
+    return [a for a, _ in cycle] + [cycle[0][0]]
 
 
 class Waits:

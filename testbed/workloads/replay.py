@@ -126,7 +126,7 @@ def dilated(transfers: list[Transfer], n: int) -> list[Transfer]:
 
 def check(transfers: list[Transfer], hosts: set[str], where: str = "replay") -> None:
     """Hosts exist, ids are unique, every dependency names a transfer, and nothing waits in a cycle."""
-    import networkx as nx
+    from .gating import cycle_of
     seen: dict[str, int] = {}
     for i, t in enumerate(transfers):
         for end in (t.src, t.dst):
@@ -138,19 +138,15 @@ def check(transfers: list[Transfer], hosts: set[str], where: str = "replay") -> 
         if t.id in seen:
             raise ReplayError(f"{where}: transfer id {t.id!r} is used twice")
         seen[t.id] = i
-    g = nx.DiGraph()
-    g.add_nodes_from(seen)
+    edges = []
     for t in transfers:
         for d in t.deps:
             if d not in seen:
                 raise ReplayError(f"{where}: transfer {t.id!r} depends on {d!r}, which is not in the file")
-            g.add_edge(d, t.id)
-    try:
-        cycle = nx.find_cycle(g)
-    except nx.NetworkXNoCycle:
-        return
-    raise ReplayError(f"{where}: transfers wait for each other in a cycle: "
-                      f"{' → '.join([a for a, _ in cycle] + [cycle[0][0]])}")
+            edges.append((d, t.id))
+    cycle = cycle_of(edges, seen)
+    if cycle:
+        raise ReplayError(f"{where}: transfers wait for each other in a cycle: {' → '.join(cycle)}")
 
 
 def write(path: str | Path, transfers: list[Transfer]) -> None:
@@ -280,8 +276,9 @@ def play(transfers: list[Transfer], traffic, topo, seed: int, ns_of, duration_s:
     from .collectives import TransferFlows
     flows, owner = to_flows(transfers, TransferFlows(traffic, topo, seed, prio))
     if background:
+        n = len(flows)
         with_background(flows, owner, traffic, topo, seed, duration_s)
-        for f in flows:
+        for f in flows[n:]:                  # the schedule's flows got it from TransferFlows
             f.prio = prio
     results = run(flows, ns_of, duration_s, packet_size, **run_kw)
     return Played(flows, owner, results, op_rows(owner, results, origins))
