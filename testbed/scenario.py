@@ -651,11 +651,15 @@ class JobSpec(Strict):
                                                # sender; permutation: per flow
     iterations: int = Field(1, ge=1, le=10000)
     gap: Time = 0
+    algorithm: Optional[Literal["direct", "pairwise"]] = None   # all-to-all: every pair at once (direct, the
+                                               # default) or N−1 shifted steps (pairwise exchange)
 
     @model_validator(mode="after")
     def _enough_hosts(self):
         if self.hosts is not None and len(set(self.hosts)) < 2:
             raise ValueError("hosts: a collective needs at least 2 distinct hosts")
+        if self.algorithm is not None and self.pattern != "all-to-all":
+            raise ValueError(f"algorithm: chooses how an all-to-all is scheduled, not a {self.pattern}")
         return self
 
 

@@ -37,6 +37,22 @@ def test_patterns_jobs_iterations_and_gaps():
     assert sorted(a for a, _, _ in perm.pairs) == sorted(b for _, b, _ in perm.pairs) and all(x != y for x, y, _ in perm.pairs)
 
 
+def test_pairwise_all_to_all_is_n_minus_1_shifted_steps():
+    rounds, _ = _sched([{"pattern": "all-to-all", "algorithm": "pairwise", "bytes": 7,
+                         "hosts": ["h0", "h1", "h2", "h3"]}])
+    assert len(rounds) == 3
+    assert [sorted(p[:2] for p in step.pairs) for (step,) in rounds] == [
+        [("h0", "h1"), ("h1", "h2"), ("h2", "h3"), ("h3", "h0")],
+        [("h0", "h2"), ("h1", "h3"), ("h2", "h0"), ("h3", "h1")],
+        [("h0", "h3"), ("h1", "h0"), ("h2", "h1"), ("h3", "h2")]]
+    every = sorted(p for (step,) in rounds for p in step.pairs)
+    direct, _ = _sched([{"pattern": "all-to-all", "bytes": 7, "hosts": ["h0", "h1", "h2", "h3"]}])
+    assert every == sorted(direct[0][0].pairs)          # the same transfers, only scheduled apart
+    from testbed.scenario import ScenarioError
+    with pytest.raises(ScenarioError, match="traffic.jobs.0.algorithm"):
+        make_scenario(traffic={"jobs": [{"pattern": "allreduce", "algorithm": "pairwise", "bytes": 8}]})
+
+
 def test_pattern_allreduce_shortcut_and_bad_hosts():
     s = make_scenario(traffic={"engine": "roce", "pattern": "allreduce", "flow_size": "1MB"})
     assert s.traffic.collective and s.traffic.job_list()[0].pattern == "allreduce"

@@ -123,3 +123,23 @@ def test_more_qps_per_connection_shorten_the_ring_allreduce(tmp_path):
     assert jct["4qp"] < 0.9 * jct["1qp"]
     assert imb["4qp-fixed"] > 1.9 and jct["4qp-fixed"] > 1.2 * jct["4qp"]
     assert jct["4qp-fixed-qphash"] < 0.85 * jct["4qp-fixed"] and imb["4qp-fixed-qphash"] < 1.5
+
+
+def test_spraying_shortens_the_pairwise_all_to_all_on_two_rails(tmp_path):
+    """alltoall-multirail: the two pairwise all-to-all bursts (15 steps of 4 elephants per leaf and rail on 4
+    uplinks) finish sooner sprayed than hashed — summed JCT ratio 0.70–0.75 over 4 runs here (0.69–0.71 at 0.5 and 2 Mbit/s), ECMP
+    uplink imbalance 1.19 against ≤ 1.10 sprayed. Every transfer completes in both. (The runs are flagged
+    cpu_bound on a 2-core machine — 16 Python agents — and the ratio held regardless.)"""
+    jct, imb = {}, {}
+    for lb in ("ecmp", "spray"):
+        d, row = runner.run(scenario.load(ROOT / "scenarios" / "alltoall-multirail.yaml",
+                                          [f"switch.load_balancing={lb}"]), tmp_path / lb)
+        ops = pd.read_csv(d / "collectives.csv")
+        assert len(ops) == 3 and ops["jct_ms"].notna().all(), ops
+        a2a = ops[ops["job"] == "a2a"]
+        jct[lb], imb[lb] = a2a["jct_ms"].sum() * run_had(row), row["uplink_imbalance"]
+    ratio = jct["spray"] / jct["ecmp"]
+    print(f"\n[alltoall-multirail] all-to-all JCT ms {({k: round(v) for k, v in jct.items()})}, ratio {ratio:.2f}, "
+          f"uplink imbalance {({k: round(v, 2) for k, v in imb.items()})}")
+    assert ratio < 0.8
+    assert imb["ecmp"] > 1.15 and imb["spray"] < 1.12

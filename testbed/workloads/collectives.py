@@ -5,7 +5,9 @@ a set of sized transfers; a step starts when every transfer of the step before h
 wait for their data):
   allreduce    ring over the job's N hosts: 2(N−1) steps (reduce-scatter, then all-gather); in each step every
                host sends bytes/N to the next host in the ring
-  all-to-all   one step: every ordered pair of distinct hosts, ``bytes`` each
+  all-to-all   one step: every ordered pair of distinct hosts, ``bytes`` each; with ``algorithm: pairwise``
+               N−1 steps instead (pairwise exchange, as MPI and NCCL's PXN-less all-to-all run it): in step k
+               host i sends ``bytes`` to host i + k (mod N): N flows at a time, low entropy
   incast       one step: every other host → the first host, ``bytes`` each
   permutation  one step: a seeded derangement, ``bytes`` per flow (cross-leaf when possible)
 ``schedule`` lists the steps; replay.from_collectives turns them into transfers that wait for the step before
@@ -43,6 +45,8 @@ def steps_of(job, name: str, topo, rng: random.Random) -> list[list]:
         chunk = max(1, b // n)
         ring = [(hosts[i], hosts[(i + 1) % n], chunk) for i in range(n)]
         return [list(ring) for _ in range(2 * (n - 1))]
+    if job.pattern == "all-to-all" and job.algorithm == "pairwise":
+        return [[(hosts[i], hosts[(i + k) % n], b) for i in range(n)] for k in range(1, n)]
     if job.pattern == "all-to-all":
         return [[(a, c, b) for a in hosts for c in hosts if a != c]]
     if job.pattern == "incast":

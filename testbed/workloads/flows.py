@@ -217,7 +217,7 @@ def roce_opts(traffic, topo) -> dict:
             "penalty_decay_s": r.penalty_decay / 1e9 if r.penalty_decay is not None else None,
             "reorder_window": r.reorder_window,
             "reorder_time_s": (r.reorder_time if r.reorder_time is not None else r.rto / 4) / 1e9,
-            "drop_prob": r.drop_prob, "ce_prob": r.ce_prob, "batch": r.batch,
+            "drop_prob": r.drop_prob, "ce_prob": r.ce_prob, "batch": r.batch, "line_bps": line,
             "cnp_interval_s": params.cnp_interval_s, "dcqcn": params.to_dict(),
             **_cc_params(traffic, topo, packet_size, mtu)}
 
