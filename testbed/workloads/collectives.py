@@ -6,7 +6,7 @@ wait for their data):
   allreduce    ring over the job's N hosts: 2(N−1) steps (reduce-scatter, then all-gather); in each step every
                host sends bytes/N to the next host in the ring
   all-to-all   one step: every ordered pair of distinct hosts, ``bytes`` each; with ``algorithm: pairwise``
-               N−1 steps instead (pairwise exchange, as MPI and NCCL's PXN-less all-to-all run it): in step k
+               N−1 steps instead (pairwise exchange, as MPI's all-to-all runs it for large messages): in step k
                host i sends ``bytes`` to host i + k (mod N): N flows at a time, low entropy
   incast       one step: every other host → the first host, ``bytes`` each
   permutation  one step: a seeded derangement, ``bytes`` per flow (cross-leaf when possible)
