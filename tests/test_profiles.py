@@ -7,7 +7,7 @@ from testbed import profiles, scenario
 
 from conftest import ROOT, run_cli
 
-SCEN = str(ROOT / "scenarios" / "profiles.yaml")
+SCEN = str(ROOT / "scenarios" / "ib-vs-roce.yaml")
 
 
 def test_infiniband_fills_sm_adaptive_credits_and_ooo():
@@ -77,7 +77,7 @@ def test_explicit_ecn_keys_and_per_priority_ecn_win():
 def test_set_overrides_apply_before_the_profile():
     """--set / --vary edit the raw document first: a varied profile takes effect, an explicit key still wins."""
     sc = scenario.load(SCEN, ("profile=rocev2",))
-    assert sc.profile == "rocev2" and sc.switch.pfc.enabled and sc.name == "profiles"
+    assert sc.profile == "rocev2" and sc.switch.pfc.enabled and sc.name == "ib-vs-roce"
     sc = scenario.load(SCEN, ("profile=rocev2", "switch.load_balancing=spray", "traffic.cc=none"))
     assert sc.switch.load_balancing == "spray" and sc.traffic.cc == "none" and sc.switch.pfc.enabled
     sc = scenario.load(SCEN, ("profile=infiniband", "profile=rocev2"))     # the last --set wins, as for any key

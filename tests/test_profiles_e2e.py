@@ -1,4 +1,4 @@
-"""One sweep, two architectures: `testbed sweep scenarios/profiles.yaml --vary profile=infiniband,rocev2` runs the
+"""One sweep, two architectures: `testbed sweep scenarios/ib-vs-roce.yaml --vary profile=infiniband,rocev2` runs the
 same RoCE incast on an InfiniBand-style fabric (SM routing, adaptive routing, credits, ooo receiver) and on a
 RoCEv2 fabric (ECMP, PFC, ECN, DCQCN), and each row shows its own mechanisms at work and not the other's."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 
 def test_sweep_compares_infiniband_and_rocev2_on_the_same_traffic(tmp_path):
     out = tmp_path / "sweep"
-    res = run_cli("sweep", str(ROOT / "scenarios" / "profiles.yaml"), "--vary", "profile=infiniband,rocev2",
+    res = run_cli("sweep", str(ROOT / "scenarios" / "ib-vs-roce.yaml"), "--vary", "profile=infiniband,rocev2",
                   "--out", str(out), timeout=300)
     assert res.returncode == 0, res.stderr
     with open(out / "sweep.csv") as f:
@@ -28,7 +28,7 @@ def test_sweep_compares_infiniband_and_rocev2_on_the_same_traffic(tmp_path):
             "ecn_marks", "cnps", "retransmits", "cpu_steal_mean")
     num = {p: {k: float(r[k]) if r[k] else float("nan") for k in cols} | {"cpu_bound": r["cpu_bound"]}
            for p, r in rows.items()}
-    print("\n[profiles] " + "; ".join(
+    print("\n[ib-vs-roce] " + "; ".join(
         f"{p}: goodput {n['goodput_mbps']:.1f} Mbit/s, fct p99 {n['fct_p99_ms']:.0f} ms, drops {n['drops']:.0f}, "
         f"credit_stalls {n['credit_stalls']:.0f}, pause_frames {n['pause_frames']:.0f}, ecn_marks "
         f"{n['ecn_marks']:.0f}, cnps {n['cnps']:.0f}, retransmits {n['retransmits']:.0f}, cpu_bound {n['cpu_bound']}"

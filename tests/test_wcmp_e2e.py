@@ -51,7 +51,7 @@ def test_static_wcmp_splits_bytes_by_weight(lab, granularity, flows):
 
 
 def _asymmetric(tmp_path, name, degrade_at=None, local=False, **switch):
-    """scenarios/asymmetric.yaml (spine0–leaf1 at 5 of 20 Mbit/s; 16 flows, 48 Mbit/s from leaf0 to leaf1) with
+    """scenarios/asymmetric-wcmp.yaml (spine0–leaf1 at 5 of 20 Mbit/s; 16 flows, 48 Mbit/s from leaf0 to leaf1) with
     `switch` overrides — or, with ``degrade_at``, a symmetric fabric whose spine0–leaf1 link drops to 5 Mbit/s
     then, or with ``local`` the slow link at the sending leaf (leaf0–spine0): (summary row, leaf0's uplink byte
     shares, weights.csv rows of leaf0, when the rate change was applied on the run's clock)."""
@@ -60,7 +60,7 @@ def _asymmetric(tmp_path, name, degrade_at=None, local=False, **switch):
 
     from testbed import runner, scenario
     from conftest import ROOT
-    doc = scenario.to_dict(scenario.load(ROOT / "scenarios" / "asymmetric.yaml"), roundtrip=True)
+    doc = scenario.to_dict(scenario.load(ROOT / "scenarios" / "asymmetric-wcmp.yaml"), roundtrip=True)
     doc["switch"].update(switch)
     doc["duration"] = "3s"
     if local:
