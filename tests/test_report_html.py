@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 from conftest import ROOT, run_cli
 from testbed import report as rp
 from testbed import scenario, topology
-from testbed.report import document, figures, graph, study
+from testbed.report import document, figures, graph, stats, study
 
 RATE = 100_000_000          # 100 Mbit/s
 IV = 0.5                    # s per sample
@@ -147,7 +148,8 @@ def test_graph_command_from_a_scenario_and_a_run(tmp_path):
 # --- the run report -----------------------------------------------------------------------------------------
 
 RUN_FIGURES = {"topology-ecmp", "heatmap-ecmp", "uplink-util-per-config", "uplink-util-per-uplink",
-               "fct-cdf-per-config", "queue-ecmp", "jct-per-iteration", "paused-s-per-port", "run-uplink-util",
+               "uplink-imbalance-per-config", "fct-cdf-per-config", "goodput-per-pair", "fairness-over-time",
+               "queue-ecmp", "jct-per-iteration", "losses-per-config", "paused-s-per-port", "run-uplink-util",
                "run-uplink-bytes", "run-fct-cdf"}
 
 
@@ -192,7 +194,11 @@ def test_missing_inputs_are_notes_not_crashes(tmp_path):
     assert "utilisation heatmap of ecmp: no links.csv samples" in page
     assert "per-run plots: links.csv or flows.csv missing" in page
     assert "PFC pause time per port: 0 in every run" in page
-    assert set(images(page)) == {"topology-ecmp", "uplink-util-per-config", "fct-cdf-per-config"}
+    assert "fairness over time of ecmp: links.csv or flows.csv missing or empty" in page
+    assert "losses and flow control: every configuration reads 0" in page
+    # from summary.csv and flows.csv alone
+    assert set(images(page)) == {"topology-ecmp", "uplink-util-per-config", "uplink-imbalance-per-config",
+                                 "fct-cdf-per-config", "goodput-per-pair"}
     # no manifest either: the topology is a note, the rest still renders
     (d / "manifest.json").unlink()
     page = html.unescape(document.write_report(d).read_text())
@@ -311,6 +317,90 @@ def test_failed_runs_are_not_counted(sweep_dir):
                  ).to_csv(d / "comparison.csv", index=False)
     s = study.load(d)
     assert s.keys == ["switch.load_balancing"] and len(s.configs) == 2 and not s.notes
+
+
+def test_a_numeric_varied_key_matches_its_comparison_row(sweep_dir):
+    """comparison.csv of a sweep over numbers (--vary traffic.qps_per_connection=1,4) has only numeric columns;
+    its rows must still match sweep.csv's configurations (1 is 1 in both, not 1.0 in one)."""
+    d = sweep_dir
+    df = pd.read_csv(d / "sweep.csv")
+    df = df.rename(columns={"switch.load_balancing": "traffic.qps_per_connection"})
+    df["traffic.qps_per_connection"] = [1, 1, 1, 4, 4, 4]
+    df.to_csv(d / "sweep.csv", index=False)
+    pd.DataFrame([{"traffic.qps_per_connection": q, "runs": 3, "flagged_runs": 0, "failed_runs": 0, "runs_total": 3,
+                   "jct_mean_ms_mean": m, "jct_mean_ms_ci95": 1.0} for q, m in ((1, 570.0), (4, 460.0))]
+                 ).to_csv(d / "comparison.csv", index=False)
+    s = study.load(d)
+    assert not s.notes and [c.label for c in s.configs] == ["qps_per_connection=1", "qps_per_connection=4"]
+    assert [c.mean("jct_mean_ms") for c in s.configs] == [570.0, 460.0]
+
+
+# --- the figures of the ready scenarios: imbalance, goodput per pair, fairness over time, losses, JCT per job ----
+
+def _flow(i: int, src: str, dst: str, goodput: float | None) -> dict:
+    return dict(flow_id=i, src=src, dst=dst, sport=i, dport=1, proto="udp", bytes=1000, start_s=0.0,
+                end_s=None if goodput is None else 1.0, fct_s=None if goodput is None else 1.0, goodput_mbps=goodput,
+                paths_used=1)
+
+
+def test_jain_by_hand():
+    assert stats.jain([5, 5]) == 1.0
+    assert stats.jain([1, 0]) == 0.5                        # one of two takes everything: 1/n
+    assert stats.jain([3, 1]) == pytest.approx(0.8)         # (3 + 1)² / (2 × (9 + 1)) = 16 / 20
+    assert math.isnan(stats.jain([])) and math.isnan(stats.jain([0, 0]))
+
+
+def test_goodput_per_pair_sums_a_pairs_flows_and_leaves_out_unfinished_ones():
+    f = rp.flows_frame([_flow(0, "h0", "h1", 3.0), _flow(1, "h0", "h1", 2.0), _flow(2, "h2", "h3", None),
+                        _flow(3, "h1", "h0", 4.0)])
+    assert figures.pair_goodput(f).to_dict() == {"h0→h1": 5.0, "h1→h0": 4.0}
+    assert figures.pair_goodput(rp.flows_frame([_flow(0, "h0", "h1", None)])).empty
+
+
+def test_receiver_rates_and_jain_over_time_by_hand():
+    links = rp.links_frame(make_links())
+    r = figures.receiver_rates(links, ["h1", "h0"])
+    # leaf1→h1 carries U04 bytes in every 0.5 s sample: 0.4 × 100 Mbit/s; leaf0→h0 carries nothing
+    assert list(r.index) == [0.5, 1.0, 1.5, 2.0] and list(r.columns) == ["h1", "h0"]
+    assert np.allclose(r["h1"], 40.0) and np.allclose(r["h0"], 0.0)
+    assert np.allclose(figures.jain_over_time(r), 0.5)
+    j = figures.jain_over_time(pd.DataFrame({"a": [40.0, 10.0, 0.0], "b": [0.0, 10.0, 0.0]}))
+    assert j.iloc[0] == 0.5 and j.iloc[1] == 1.0 and math.isnan(j.iloc[2])
+
+
+def test_fairness_over_time_needs_a_destination_host_per_flow(tmp_path):
+    d = make_run(tmp_path / "run")
+    rp.write_csv(d / "flows.csv", rp.flows_frame([_flow(0, "h0", "h1", 3.0), _flow(1, "h0", "h1", 2.0)]))
+    blocks = figures.fairness_over_time(study.load(d))
+    assert [type(b).__name__ for b in blocks] == ["Note"]
+    assert "2 flows to 1 hosts here" in blocks[0].text
+
+
+def test_sweep_figures_of_imbalance_losses_and_jobs(sweep_dir):
+    d = sweep_dir
+    comp = pd.read_csv(d / "comparison.csv")
+    comp["uplink_imbalance_mean"], comp["uplink_imbalance_ci95"] = [2.0, 1.0], [0.5, None]
+    comp["drops_mean"], comp["drops_ci95"] = [120.0, 0.0], [10.0, None]
+    comp["retransmits_mean"] = [0.0, 0.0]
+    comp.to_csv(d / "comparison.csv", index=False)
+    s = study.load(d)
+    assert [c for c, _ in figures.loss_columns(s)] == ["drops"]       # retransmits 0 everywhere: no panel
+    page = document.write_report(d).read_text()
+    assert "jct-per-job" not in images(page)                         # one job: jct-per-config says it all
+    # a second job beside the first in every run: ecmp's runs 30 and 50 ms, spray's 20 ms
+    for run in s.runs:
+        coll = pd.read_csv(run.dir / "collectives.csv")
+        a2a = 30.0 if run.summary["switch.load_balancing"] == "ecmp" else 20.0
+        extra = pd.DataFrame([dict(job="a2a", iteration=0, op="alltoall", bytes=1000, start_s=0.5, end_s=0.6,
+                                   jct_ms=a2a), dict(job="a2a", iteration=1, op="alltoall", bytes=1000, start_s=0.7,
+                                                     end_s=0.8, jct_ms=a2a + 20 if a2a == 30 else a2a)])
+        pd.concat([coll, extra]).to_csv(run.dir / "collectives.csv", index=False)
+    s = study.load(d)
+    assert figures.job_jct(s.configs[0].runs[0].collectives) == {"ar": 11.0, "a2a": 40.0}
+    assert figures.job_jct(s.configs[1].runs[0].collectives) == {"ar": 11.0, "a2a": 20.0}
+    imgs = images(document.write_report(d).read_text())
+    assert {"uplink-imbalance-per-config", "losses-per-config", "jct-per-job", "goodput-per-pair",
+            "fairness-over-time"} <= set(imgs)
 
 
 # --- headless Chromium: the page renders every image -----------------------------------------------------------

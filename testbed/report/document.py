@@ -155,10 +155,11 @@ def build(study: Study) -> list[Block]:
     blocks += _scenario(study)
     blocks += _results(study)
     sections = [("Topology", figures.topology), ("Link utilisation over time", figures.heatmap),
-                ("Uplink utilisation", figures.uplink_utilisation), ("Flow completion times", figures.fct_cdf),
-                ("FCT slowdown by flow size", figures.slowdown_by_size),
+                ("Uplink utilisation", figures.uplink_utilisation), ("Uplink imbalance", figures.uplink_imbalance),
+                ("Flow completion times", figures.fct_cdf), ("FCT slowdown by flow size", figures.slowdown_by_size),
+                ("Goodput per host pair", figures.flow_goodput), ("Fairness over time", figures.fairness_over_time),
                 ("Queue depth", figures.queue_depth), ("Job completion time", figures.jct),
-                ("Pause and credit-stall time", figures.pause_time)]
+                ("Losses and flow control", figures.losses), ("Pause and credit-stall time", figures.pause_time)]
     for title, fn in sections:
         blocks.append(Heading(title))
         blocks += fn(study)

@@ -13,6 +13,7 @@ import pandas as pd
 
 from .graph import draw, edge_utilisation, from_links, from_topology, port_utilisation
 from .page import Block, Image, Note
+from . import stats
 from .plots import _figure, png_bytes
 from .study import Config, Study
 from .summary import traffic_window, uplinks
@@ -103,30 +104,51 @@ def heatmap(study: Study) -> list[Block]:
 
 # --- uplink utilisation per configuration, CI error bars ---------------------------------------------------
 
-def _bars(study: Study, cols: list[tuple[str, str]], ylabel: str, title: str):
-    """Grouped bars: one group per configuration, one bar per (column, legend label); error bars = ci95."""
-    cfgs = study.configs
-    x = np.arange(len(cfgs))
-    w = 0.8 / len(cols)
-    fig = _figure(max(5.0, min(24.0, 3.0 + 0.9 * len(cfgs) * len(cols))), 5.0)
-    ax = fig.add_subplot()
-    any_ci = False
-    for j, (col, label) in enumerate(cols):
-        m = np.array([c.mean(col) for c in cfgs])
-        e = np.array([c.ci95(col) for c in cfgs])
+def _grouped_bars(ax, groups: list[str], series: list[tuple[str, list[float], list[float]]]) -> tuple[bool, list]:
+    """One group of bars per label in ``groups``, one bar per (legend label, means, ci95s) in ``series``; error
+    bars where the CI is known. Returns (any CI drawn, each series' bar x positions)."""
+    x = np.arange(len(groups))
+    w = 0.8 / max(1, len(series))
+    any_ci, positions = False, []
+    for j, (label, means, cis) in enumerate(series):
+        m, e = np.array(means, dtype=float), np.array(cis, dtype=float)
         any_ci |= bool(np.isfinite(e).any())
-        xs = x + (j - (len(cols) - 1) / 2) * w
-        ax.bar(xs, np.nan_to_num(m), w, color=f"C{j}", label=label)
+        xs = x + (j - (len(series) - 1) / 2) * w
+        ax.bar(xs, np.nan_to_num(m), w, color=f"C{j % 10}", label=label)
         k = np.isfinite(e) & np.isfinite(m)          # error bars only where the CI is known
         if k.any():
             ax.errorbar(xs[k], m[k], yerr=e[k], fmt="none", ecolor="black", capsize=4, lw=1.0)
-    ax.set_xticks(x, [c.label for c in cfgs], rotation=30 if len(cfgs) > 4 else 0, ha="right" if len(cfgs) > 4
-                  else "center", fontsize="small")
+        positions.append(xs)
+    ax.set_xticks(x, groups, rotation=30 if len(groups) > 4 else 0, ha="right" if len(groups) > 4 else "center",
+                  fontsize="small")
+    ax.grid(True, axis="y", alpha=0.3)
+    return any_ci, positions
+
+
+def _bars(study: Study, cols: list[tuple[str, str]], ylabel: str, title: str):
+    """Grouped bars: one group per configuration, one bar per (column, legend label); error bars = ci95."""
+    cfgs = study.configs
+    fig = _figure(max(5.0, min(24.0, 3.0 + 0.9 * len(cfgs) * len(cols))), 5.0)
+    ax = fig.add_subplot()
+    any_ci, _ = _grouped_bars(ax, [c.label for c in cfgs],
+                              [(label, [c.mean(col) for c in cfgs], [c.ci95(col) for c in cfgs])
+                               for col, label in cols])
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize="small")
     return fig, any_ci
+
+
+def _run_dots(ax, xs, values: list[list[float]], label: str | None = "one run", spread: float = 0.2) -> None:
+    """Each counted run's value as a dot over its bar (xs[i]: the bar of values[i]), so the spread behind a mean
+    stays visible; the dots of one bar are set side by side over ``spread`` (x units) so equal values show."""
+    first = True
+    for x, vals in zip(xs, values):
+        v = [y for y in vals if math.isfinite(y)]
+        if v:
+            dx = np.linspace(-spread / 2, spread / 2, len(v)) if len(v) > 1 else [0.0]
+            ax.plot(x + np.asarray(dx), v, "o", ms=3.5, color="black", alpha=0.55, label=label if first else None)
+            first = False
 
 
 def _ci_words(study: Study, any_ci: bool) -> str:
@@ -167,6 +189,39 @@ def uplink_utilisation(study: Study) -> list[Block]:
                 out.append(_img("uplink-util-per-uplink", fig, "Each counted uplink's tx bytes in the traffic "
                                 "window × 8 / (rate × window): the values mean_uplink_util averages."))
     return out
+
+
+def _summary_values(cfg: Config, col: str) -> list[float]:
+    """``col`` of each counted run's summary row (sweep.csv / summary.csv), NaN where empty."""
+    out = []
+    for r in cfg.counted_runs:
+        try:
+            out.append(float(r.summary.get(col)))
+        except (TypeError, ValueError):
+            out.append(math.nan)
+    return out
+
+
+def uplink_imbalance(study: Study) -> list[Block]:
+    col = "uplink_imbalance"
+    if not any(math.isfinite(c.mean(col)) for c in study.configs):
+        return [Note("uplink imbalance per configuration: no run has uplink_imbalance (no uplink carried bytes)")]
+    cfgs = study.configs
+    fig = _figure(max(6.5, min(24.0, 3.0 + 1.2 * len(cfgs))), 5.0)
+    ax = fig.add_subplot()
+    any_ci, (xs,) = _grouped_bars(ax, [c.label for c in cfgs],
+                                  [("mean over the runs", [c.mean(col) for c in cfgs], [c.ci95(col) for c in cfgs])])
+    _run_dots(ax, xs, [_summary_values(c, col) for c in cfgs], spread=0.4)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_ylabel("busiest uplink's bytes ÷ the mean uplink's (1 = even)")
+    ax.set_title("Uplink imbalance per configuration\n(the busiest uplink's load; n flows on n uplinks: its flows)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small")
+    return [_img("uplink-imbalance-per-config", fig,
+                 "summary.csv uplink_imbalance: per source leaf the busiest uplink's tx bytes ÷ the mean of its "
+                 "uplinks', averaged over the leaves weighted by their bytes (with n flows on n uplinks faster than "
+                 f"the hosts: the most flows on one uplink). Bars: means (source: {study.stats_source}); dots: each "
+                 f"counted run. {_ci_words(study, any_ci)}")]
 
 
 # --- FCT CDF per configuration ---------------------------------------------------------------------------
@@ -318,6 +373,225 @@ def jct(study: Study) -> list[Block]:
                         "Job completion time per configuration")
     return [_img("jct-per-config", fig, f"summary.csv jct_mean_ms and jct_p99_ms (over collectives.csv's "
                  f"operations of a run), averaged over the configuration's runs (source: {study.stats_source}). "
+                 f"{_ci_words(study, any_ci)}")] + jct_per_job(study)
+
+
+def job_jct(coll: pd.DataFrame | None) -> dict[str, float]:
+    """Mean jct_ms of each job's completed operations in one run's collectives.csv (job → ms)."""
+    if coll is None or not len(coll):
+        return {}
+    out = {}
+    for job, g in coll.groupby("job", sort=False):
+        v = pd.to_numeric(g["jct_ms"], errors="coerce").dropna()
+        if len(v):
+            out[str(job)] = float(v.mean())
+    return out
+
+
+def jct_per_job(study: Study) -> list[Block]:
+    """Sweeps whose runs have several jobs (e.g. an all-to-all beside a ring all-reduce): each job's JCT per
+    configuration, as summary.csv's jct_mean_ms mixes the jobs."""
+    per = [(cfg, [job_jct(r.collectives) for r in cfg.counted_runs]) for cfg in study.configs]
+    jobs = list(dict.fromkeys(j for _, runs in per for r in runs for j in r))
+    if len(jobs) < 2:
+        return []
+    cfgs = [c for c, _ in per]
+    fig = _figure(max(6.0, min(24.0, 3.0 + 0.9 * len(cfgs) * len(jobs))), 5.0)
+    ax = fig.add_subplot()
+    series, dots = [], []
+    for job in jobs:
+        vals = [[r.get(job, math.nan) for r in runs] for _, runs in per]
+        stat = [stats.mean_ci95(v)[:2] for v in vals]
+        series.append((f"job {job}", [m for m, _ in stat], [e for _, e in stat]))
+        dots.append(vals)
+    any_ci, positions = _grouped_bars(ax, [c.label for c in cfgs], series)
+    for xs, vals in zip(positions, dots):
+        _run_dots(ax, xs, vals, label="one run" if xs is positions[0] else None, spread=0.4 / len(series))
+    ax.set_ylabel("mean JCT of the job's operations (ms)")
+    ax.set_title("Job completion time per job and configuration")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small")
+    return [_img("jct-per-job", fig, "collectives.csv jct_ms: each run's mean over a job's completed operations; "
+                 "bars: the mean over the configuration's counted runs, dots: each run. "
+                 f"{_ci_words(study, any_ci)}")]
+
+
+# --- per-flow goodput and fairness ----------------------------------------------------------------------------
+
+#: host pairs drawn in the goodput figure / destination hosts in the fairness-over-time figure, at most
+MAX_PAIRS = 16
+MAX_RECEIVERS = 8
+
+
+def pair_goodput(flows: pd.DataFrame) -> pd.Series:
+    """goodput_mbps per host pair (src → dst) of one run: the finished flows' goodput, summed over a pair's flows
+    (its QPs, or flows_per_pair); flows without goodput_mbps (not finished) are left out."""
+    if flows is None or not len(flows):
+        return pd.Series(dtype=float)
+    g = flows.assign(goodput=pd.to_numeric(flows["goodput_mbps"], errors="coerce")).dropna(subset=["goodput"])
+    if not len(g):
+        return pd.Series(dtype=float)
+    return g.groupby([g["src"].astype(str) + "→" + g["dst"].astype(str)], sort=False)["goodput"].sum()
+
+
+def flow_goodput(study: Study) -> list[Block]:
+    per: list[tuple[Config, list[pd.Series]]] = []
+    for cfg in study.configs:
+        runs = [pair_goodput(r.flows) for r in cfg.counted_runs if r.flows is not None]
+        per.append((cfg, [p for p in runs if len(p)]))
+    pairs = list(dict.fromkeys(k for _, runs in per for p in runs for k in p.index))
+    if not pairs:
+        return [Note("goodput per host pair: no finished flow with goodput_mbps in any counted run")]
+    if len(pairs) > MAX_PAIRS:
+        return [Note(f"goodput per host pair: {len(pairs)} host pairs, more than {MAX_PAIRS} to draw one bar each "
+                     f"(the FCT CDF pools the flows)")]
+    fig = _figure(max(6.0, min(24.0, 3.0 + 0.5 * len(pairs) * max(1, len(per)) ** 0.5)), 5.0)
+    ax = fig.add_subplot()
+    series, dots = [], []
+    for cfg, runs in per:
+        vals = [[float(p.get(k, math.nan)) for p in runs] for k in pairs]
+        jains = [stats.jain(p.to_numpy()) for p in runs if len(p) >= 2]
+        stat = [stats.mean_ci95(v)[:2] for v in vals]
+        fair = f", Jain {np.mean(jains):.3f}" if jains else ""
+        series.append((f"{cfg.label}{fair}", [m for m, _ in stat], [e for _, e in stat]))
+        dots.append(vals)
+    any_ci, positions = _grouped_bars(ax, pairs, series)
+    for xs, vals in zip(positions, dots):
+        _run_dots(ax, xs, vals, label="one run" if xs is positions[0] else None, spread=0.4 / len(series))
+    ax.set_ylabel("goodput (Mbit/s)")
+    ax.set_xlabel("host pair (source → destination)")
+    ax.set_title("Goodput per host pair and configuration")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small")
+    return [_img("goodput-per-pair", fig,
+                 "flows.csv goodput_mbps of the finished flows, summed per host pair in each run; bars: the mean "
+                 "over the configuration's counted runs (error bars: its 95 % confidence interval when there are "
+                 "several), dots: each run. Legend: Jain's fairness index (Σx)² ÷ (n·Σx²) over a run's host pairs, "
+                 "averaged over the runs (1 = equal shares, 1/n = one pair takes all).")]
+
+
+def receiver_rates(links: pd.DataFrame, receivers: list[str]) -> pd.DataFrame:
+    """Rate delivered to each receiving host per telemetry sample (Mbit/s): the ``tx`` bytes of every switch port
+    whose peer is that host × 8 / interval_s. Index: sample end time (s); one column per host."""
+    tx = links[(links["direction"] == "tx") & links["peer"].isin(receivers)]
+    if not len(tx):
+        return pd.DataFrame(columns=receivers, dtype=float)
+    iv = float(tx["interval_s"].median()) or 0.1
+    b = (tx["time_s"].astype(float) / iv).round().astype(int)
+    grid = tx.assign(bin=b).pivot_table(index="bin", columns="peer", values="bytes", aggfunc="sum").fillna(0.0)
+    grid = grid.reindex(columns=receivers, fill_value=0.0)
+    grid.index = grid.index.astype(float) * iv
+    return grid.astype(float) * 8 / iv / 1e6
+
+
+def jain_over_time(rates: pd.DataFrame) -> pd.Series:
+    """Jain's index across the columns of each row; NaN where nothing was delivered."""
+    x = rates.to_numpy(dtype=float)
+    s, q = x.sum(axis=1), (x ** 2).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        j = np.where(q > 0, s ** 2 / (x.shape[1] * q), np.nan)
+    return pd.Series(j, index=rates.index)
+
+
+def fairness_over_time(study: Study) -> list[Block]:
+    cfgs, notes = _capped(study)
+    drawn = []
+    for cfg in cfgs:
+        run = cfg.example
+        if run is None or run.links is None or run.flows is None or not len(run.flows):
+            notes.append(Note(f"fairness over time of {cfg.label}: links.csv or flows.csv missing or empty"))
+            continue
+        dst = run.flows["dst"].astype(str)
+        if dst.nunique() < 2 or dst.duplicated().any() or dst.nunique() > MAX_RECEIVERS:
+            notes.append(Note(f"fairness over time of {cfg.label}: drawn for 2–{MAX_RECEIVERS} flows that each have "
+                              f"their own destination host ({len(dst)} flows to {dst.nunique()} hosts here)"))
+            continue
+        rates = receiver_rates(run.links, list(dst))
+        if not len(rates) or not (rates.to_numpy() > 0).any():
+            notes.append(Note(f"fairness over time of {cfg.label}: no bytes to the destination hosts in links.csv"))
+            continue
+        drawn.append((cfg, run, rates))
+    if not drawn:
+        return notes
+    fig = _figure(9.0, 6.5)
+    ax_j = fig.add_subplot(2, 1, 1)
+    ax_r = fig.add_subplot(2, 1, 2, sharex=ax_j)
+    styles = ["-", "--", ":", "-."]
+    for i, (cfg, run, rates) in enumerate(drawn):
+        j = jain_over_time(rates)
+        lab = _run_label(study, cfg)
+        ax_j.plot(j.index, j.to_numpy(), color=f"C{i % 10}", lw=1.3, marker="." if len(j) < 60 else None,
+                  label=f"{lab}: median {np.nanmedian(j.to_numpy()):.3f}")
+        src = dict(zip(run.flows["dst"].astype(str), run.flows["src"].astype(str)))
+        for k, host in enumerate(rates.columns):
+            ax_r.plot(rates.index, rates[host].to_numpy(), color=f"C{i % 10}", ls=styles[k % len(styles)], lw=1.1,
+                      label=f"{cfg.label}: {src[host]}→{host}")
+    n = len(drawn[0][2].columns)
+    ax_j.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax_j.set_ylim(0, 1.05)
+    ax_j.set_ylabel("Jain's index across the flows")
+    ax_j.set_title("Fairness over time: Jain's index and each flow's delivered rate")
+    ax_r.set_ylabel("delivered rate (Mbit/s, frames)")
+    ax_r.set_xlabel("time since run start (s)")
+    ax_r.set_ylim(bottom=0)
+    for ax in (ax_j, ax_r):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return notes + [_img("fairness-over-time", fig,
+                         "Per telemetry sample: each flow's delivered rate = the tx bytes of the switch port(s) to its "
+                         "destination host × 8 ÷ interval_s (links.csv; whole frames, retransmissions included), "
+                         f"and Jain's index (Σx)² ÷ (n·Σx²) over those rates (n = {n}: 1 = equal shares, 1/n = one "
+                         "flow takes all; no value where nothing was delivered). Each configuration's example run; "
+                         "drawn when every flow has its own destination host.")]
+
+
+# --- losses, retransmissions and flow control per configuration -----------------------------------------------
+
+#: summary.csv columns of the losses figure: (column, panel title); a panel is drawn when a configuration's
+#: mean is non-zero.
+LOSS_COLUMNS = [("drops", "switch drops (packets)"), ("lost_packets", "UDP packets lost (packets)"),
+                ("retransmits", "retransmitted packets"), ("trims", "trimmed packets"),
+                ("ecn_marks", "ECN marks (packets)"), ("cnps", "CNPs (packets)"),
+                ("pause_frames", "PFC pause frames"), ("paused_s_total", "PFC paused time (s, all ports)"),
+                ("credit_stall_s_total", "credit-stall time (s, all links)")]
+
+
+def loss_columns(study: Study) -> list[tuple[str, str]]:
+    """The LOSS_COLUMNS that some configuration's mean has non-zero: the losses figure's panels."""
+    return [(c, t) for c, t in LOSS_COLUMNS
+            if any(math.isfinite(cfg.mean(c)) and cfg.mean(c) != 0 for cfg in study.configs)]
+
+
+def losses(study: Study) -> list[Block]:
+    cols = loss_columns(study)
+    if not cols:
+        return [Note("losses and flow control: every configuration reads 0 (or nothing) for "
+                     + ", ".join(c for c, _ in LOSS_COLUMNS))]
+    cfgs = study.configs
+    ncol = min(3, len(cols))
+    nrow = math.ceil(len(cols) / ncol)
+    fig = _figure(max(6.0, min(18.0, ncol * (1.6 + 0.7 * len(cfgs)))), 2.9 * nrow + 0.6)
+    any_ci = False
+    for i, (col, what) in enumerate(cols):
+        ax = fig.add_subplot(nrow, ncol, i + 1)
+        m = [c.mean(col) for c in cfgs]
+        e = [c.ci95(col) for c in cfgs]
+        x = np.arange(len(cfgs))
+        ax.bar(x, np.nan_to_num(np.array(m, dtype=float)), 0.7, color=[f"C{k % 10}" for k in range(len(cfgs))])
+        k = np.isfinite(e) & np.isfinite(m)
+        if k.any():
+            ax.errorbar(x[k], np.array(m)[k], yerr=np.array(e)[k], fmt="none", ecolor="black", capsize=3, lw=1.0)
+            any_ci = True
+        _run_dots(ax, x, [_summary_values(c, col) for c in cfgs], label=None, spread=0.35)
+        ax.set_xticks(x, [c.label for c in cfgs], rotation=30 if len(cfgs) > 2 else 0,
+                      ha="right" if len(cfgs) > 2 else "center", fontsize="x-small")
+        ax.set_title(f"{what}\n({col})", fontsize="small")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle("Losses, retransmissions and flow control per configuration")
+    return [_img("losses-per-config", fig,
+                 "summary.csv counters (results/README.md), one panel each that is non-zero somewhere: the "
+                 f"configuration's mean (source: {study.stats_source}); dots: each counted run. "
                  f"{_ci_words(study, any_ci)}")]
 
 

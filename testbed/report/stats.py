@@ -73,6 +73,14 @@ def mean_ci95(values: Iterable[float]) -> tuple[float, float, int]:
     return mean, t_quantile(0.975, n - 1) * s / math.sqrt(n), n
 
 
+def jain(values: Iterable[float]) -> float:
+    """Jain's fairness index (Σx)² ÷ (n·Σx²) of the values: 1 when all are equal, 1/n when one has everything;
+    NaN without values or when all are 0."""
+    x = np.asarray(list(values), dtype=float)
+    q = float((x ** 2).sum())
+    return float(x.sum()) ** 2 / (len(x) * q) if len(x) and q > 0 else math.nan
+
+
 def _flagged(v) -> bool:
     return v is True or v is np.True_ or (isinstance(v, str) and v == "True")
 

@@ -126,7 +126,9 @@ def _f(x: Any) -> float:
 
 
 def _row(df: pd.DataFrame, i: int) -> dict:
-    return {k: _num(v) for k, v in df.iloc[i].items()}
+    """Row ``i`` as plain Python, each value in its column's type (``df.iloc[i]`` would make an all-number row of
+    comparison.csv one float Series: a varied value 1 would read 1.0 there and 1 in sweep.csv)."""
+    return {k: _num(df[k].iat[i]) for k in df.columns}
 
 
 def load(d: str | Path) -> Study:
