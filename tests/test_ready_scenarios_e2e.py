@@ -62,6 +62,24 @@ def test_spraying_lifts_permutation_utilisation_above_90_percent(tmp_path):
     assert util["ecmp"] <= util["spray"] - 0.05
 
 
+def test_pfc_makes_the_incast_lossless(tmp_path):
+    """incast-pfc (8 → 1 at 40 Mbit/s): without PFC the receiver's leaf tail-drops and nothing pauses; with PFC
+    nothing is dropped, pause frames pause the senders' ports for seconds in all, and the receiver gets as much
+    (goodput, of the time the hypervisor left, ≥ 0.9 × without). Measured over 10 runs: without PFC 66–70k drops;
+    with, 0 drops, 1,994–2,188 pause frames, 7.5–7.6 s paused, goodput 1.01–1.05 × (with the 48 KB headroom the
+    file had before: 2 and 4 drops in 2 of 8 runs)."""
+    got = {}
+    for pfc in (False, True):
+        _l, _f, row = _run(tmp_path, "incast-pfc", f"pfc-{pfc}", f"switch.pfc.enabled={pfc}")
+        got[pfc] = row
+        print(f"\n[incast-pfc pfc {pfc}] drops {row['drops']}, pause frames {row['pause_frames']}, paused "
+              f"{row['paused_s_total']:.2f} s, goodput {row['goodput_mbps']:.1f} Mbit/s (steal "
+              f"{row['cpu_steal_mean']:.3f})")
+    assert got[False]["drops"] > 40_000 and got[False]["pause_frames"] == 0
+    assert got[True]["drops"] == 0 and got[True]["pause_frames"] > 1000 and got[True]["paused_s_total"] > 5.0
+    assert got[True]["goodput_mbps"] / run_had(got[True]) >= 0.9 * got[False]["goodput_mbps"] / run_had(got[False])
+
+
 def test_pfc_throttles_the_head_of_line_victim(tmp_path):
     """pfc-hol-victim: without PFC the victim (h5 → h1) gets its host link; with PFC ≤ 0.75 of that, and
     nothing is dropped (measured in the credit tests: 38.9 → 13.0 Mbit/s)."""

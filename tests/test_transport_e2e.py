@@ -10,15 +10,15 @@ import pytest
 
 from testbed import runner, scenario
 
-from conftest import run_had
+from conftest import ROOT, run_had
 
 pytestmark = pytest.mark.e2e
 
-HOST = {"rate": "20mbit", "buffer": "256KB"}
 
-
-def _run(tmp_path, name: str, doc: dict):
-    d, row = runner.run(scenario.from_dict(doc), tmp_path / name)
+def _run(tmp_path, name: str, doc: dict | str, *sets: str):
+    """Run a scenario document, or scenarios/DOC.yaml with ``--set`` overrides; its links, flows and summary."""
+    scen = scenario.load(ROOT / "scenarios" / f"{doc}.yaml", sets) if isinstance(doc, str) else scenario.from_dict(doc)
+    d, row = runner.run(scen, tmp_path / name)
     return pd.read_csv(d / "links.csv"), pd.read_csv(d / "flows.csv"), row
 
 
@@ -28,27 +28,18 @@ def _tx(links):
 
 # ---------------------------------------------------------------- incast 16 → 1
 
-def incast16(cc: str) -> dict:
-    """A 2 KB IB MTU (2,200-byte frames, as RoCE fabrics run jumbo frames): headers are 3 % of the wire, not
-    6.4 % as with 1,024-byte payloads, which alone would leave 1.064 × ideal as the best possible. RTO floor
-    50 ms: with the default 10 ms, a CI run with a core saturated timed out 11 times without a single drop (ACKs
-    late, not lost)."""
-    return {"name": f"incast16-{cc}", "duration": "8s",
-            "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 9, "host_link": HOST, "mtu": 2200,
-                         "fabric_link": {"rate": "40mbit", "buffer": "128KB"}},
-            "switch": {"ecn": {"kmin": "10KB", "kmax": "40KB", "pmax": 0.2}},
-            "traffic": {"engine": "roce", "pattern": "incast", "incast": {"receiver": "h0", "senders": 16},
-                        "flow_size": "256KB", "receiver": "ooo", "cc": cc, "roce": {"rto": "50ms"}}}
-
-
 def test_eqds_bounds_a_16_to_1_incast_near_the_ideal_time(tmp_path):
-    """uet-htsim bounds a 15:1 incast at ~94 % of ideal with receiver credit. Ideal: the 4 MB ÷ 20 Mbit/s =
-    1.678 s (payload only). eqds measured 1.08–1.12 × ideal, 0 drops, on an earlier VM; 1.13–1.19 × over 7 runs on this one,
-    where the receiver's agent saturates a core (busiest core 0.93–1.00); none 1.33 ×, dcqcn 2.1–2.6 ×."""
+    """scenarios/uec-incast.yaml. uet-htsim bounds a 15:1 incast at ~94 % of ideal with receiver credit. Ideal:
+    the 4 MB ÷ 20 Mbit/s = 1.678 s (payload only). A 2 KB IB MTU (2,200-byte frames, as RoCE fabrics run jumbo
+    frames): headers are 3 % of the wire, not 6.4 % as with 1,024-byte payloads, which alone would leave 1.064 ×
+    ideal as the best possible. RTO floor 50 ms: with the default 10 ms, a CI run with a core saturated timed out
+    11 times without a single drop (ACKs late, not lost). eqds measured 1.08–1.12 × ideal, 0 drops, on an earlier
+    VM; 1.13–1.19 × over 7 runs on this one, where the receiver's agent saturates a core (busiest core
+    0.93–1.00); none 1.33 ×, dcqcn 2.1–2.6 ×."""
     ideal = 16 * 256 * 1024 * 8 / 20e6
     ratio = {}
     for cc in ("eqds", "none", "dcqcn"):
-        links, flows, row = _run(tmp_path, cc, incast16(cc))
+        links, flows, row = _run(tmp_path, cc, "uec-incast", f"traffic.cc={cc}")
         span = flows["end_s"].max() - flows["start_s"].min()
         ratio[cc] = span * run_had(row) / ideal
         drops = int(_tx(links)["drops"].sum())
@@ -129,30 +120,18 @@ def test_path_aware_spraying_steers_off_a_degraded_link_and_finishes_sooner(tmp_
 
 # ---------------------------------------------------------------- spraying + trimming + out-of-order delivery
 
-def permutation(trim: bool, pairs=None) -> dict:
-    """leaf0's four hosts send 2 MB each to leaf1's over four 20 Mbit/s spines (full load, no oversubscription),
-    oblivious spraying over 256 entropies, 8 KB fabric buffers."""
-    return {"name": "spray-trim", "duration": "6s",
-            "topology": {"spines": 4, "leaves": 2, "hosts_per_leaf": 4,
-                         "host_link": {"rate": "20mbit", "buffer": "16KB"},
-                         "fabric_link": {"rate": "20mbit", "buffer": "8KB"}},
-            "switch": {"trim": {"enabled": trim}},
-            "traffic": {"engine": "roce", "pattern": "pairs",
-                        "pairs": pairs or [["h0", "h4"], ["h1", "h5"], ["h2", "h6"], ["h3", "h7"]],
-                        "flow_size": "2MB", "receiver": "ooo",
-                        "roce": {"entropy": "packet", "entropy_values": 256}}}
-
-
 def test_spraying_with_trimming_keeps_the_tail_near_a_lone_flow(tmp_path):
-    """uet-htsim bounds 2 MB flows at ~1.25 × the lone-flow time. Measured: lone 0.892 s; with trimming the
-    tail 0.958–0.975 s (1.07–1.10 ×, 0–1 timeouts per flow, ~500 trims, 0 drops); without, 1.07–1.19 × with 18–38
-    timeouts per flow — the two tails overlap, so what is asserted is the mechanism: trimming turns the drops
-    that time flows out into trims that are NAKed at once."""
-    _l, lone_flows, lone_row = _run(tmp_path, "lone", permutation(True, [["h0", "h4"]]))
+    """scenarios/uec-spray-trim.yaml: leaf0's four hosts send 2 MB each to leaf1's over four 20 Mbit/s spines
+    (full load, no oversubscription), oblivious spraying over 256 entropies, 8 KB fabric buffers. uet-htsim
+    bounds 2 MB flows at ~1.25 × the lone-flow time. Measured: lone 0.892 s; with trimming the tail 0.958–0.975 s
+    (1.07–1.10 ×, 0–1 timeouts per flow, ~500 trims, 0 drops); without, 1.07–1.19 × with 18–38 timeouts per flow
+    — the two tails overlap, so what is asserted is the mechanism: trimming turns the drops that time flows out
+    into trims that are NAKed at once."""
+    _l, lone_flows, lone_row = _run(tmp_path, "lone", "uec-spray-trim", "traffic.pairs=[[h0,h4]]")
     lone = lone_flows["fct_s"][0] * run_had(lone_row)
     tail, timeouts = {}, {}
     for trim in (True, False):
-        links, flows, row = _run(tmp_path, f"trim-{trim}", permutation(trim))
+        links, flows, row = _run(tmp_path, f"trim-{trim}", "uec-spray-trim", f"switch.trim.enabled={trim}")
         tail[trim] = flows["fct_s"].max() * run_had(row)
         timeouts[trim] = flows["timeouts"].mean()
         print(f"\n[spray permutation, trim {trim}] tail {tail[trim]:.3f} s = {tail[trim] / lone:.3f} × "
