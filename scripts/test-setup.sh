@@ -2,10 +2,12 @@
 # Idempotent set-up of what only the tests need (scripts/setup.sh, the quick start's, never installs these):
 #   mininet, bridge-utils  the Mininet baseline test (tests/test_bench_smoke.py; LinuxBridge runs brctl)
 #   chromium               headless rendering of report.html (tests/test_report_html.py)
+#   docker.io + docker SDK container hosts (tests/test_docker_e2e.py), through scripts/docker-setup.sh
 # Fast when done: dpkg status first, apt-get only for what is missing.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . scripts/lib.sh
 ensure_packages mininet bridge-utils chromium
-echo "test-setup: ok (mininet, bridge-utils, chromium)"
+bash scripts/docker-setup.sh
+echo "test-setup: ok (mininet, bridge-utils, chromium, docker)"

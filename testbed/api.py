@@ -160,10 +160,13 @@ class Lab(lab_mod.Lab):
 
     def exec(self, node: str, *argv: str, timeout: float | None = 60.0, check: bool = False
              ) -> subprocess.CompletedProcess:
-        """Run ``argv`` inside ``node``'s namespace and wait; stdout/stderr captured as text."""
+        """Run ``argv`` inside ``node``'s namespace (a container host: inside its container) and wait;
+        stdout/stderr captured as text."""
         from .fabric import netns
-        proc = netns.spawn(self.namespace(node), list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
+        ns = self.namespace(node)
+        ctr = self.containers.containers.get(node) if self.containers is not None else None
+        pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = ctr.spawn(list(argv), **pipes) if ctr is not None else netns.spawn(ns, list(argv), **pipes)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

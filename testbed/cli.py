@@ -1,4 +1,4 @@
-"""The ``testbed`` command: run, up, down, status, exec, sweep, report, graph, doctor, clean, bench, vm.
+"""The ``testbed`` command: run, up, down, status, exec, sweep, report, graph, doctor, clean, bench, image, vm.
 
 Every failure a user can cause (a wrong key, a missing kernel feature, no root, a name in use) ends as one line
 ``error: …`` on stderr and a non-zero exit, with nothing left in the kernel. FTB_DEBUG=1 shows tracebacks.
@@ -24,6 +24,7 @@ class UserError(click.ClickException):
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
+    from .container.engine import DockerError
     from .fabric.capture import CaptureError
     from .datapath import DatapathError
     from .doctor import MissingFeature
@@ -36,7 +37,7 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from .sweep import SweepError
     from .workloads import WorkloadError
     return (scenario_mod.ScenarioError, LabError, FabricError, DatapathError, WorkloadError, CaptureError,
-            MissingFeature, ReportError, NetnsError, RunFailed, SweepError, HelperFailed, FileExistsError,
+            MissingFeature, ReportError, NetnsError, RunFailed, SweepError, HelperFailed, DockerError, FileExistsError,
             PermissionError, ValueError, OSError)
 
 
@@ -128,7 +129,7 @@ def up(scenario, name, sets, metrics):
     _need_root("up")
     name = name or (re.sub(r"[^a-z0-9]", "", scen.name.lower())[:12] or "lab")
     reap_stale()
-    with Lab(scen, name, kind="up", keep=True, source=scenario, metrics=metrics) as lab:
+    with Lab(scen, name, kind="up", keep=True, source=scenario, metrics=metrics, log=_echo) as lab:
         topo = lab.topo
         click.echo(f"lab '{name}' is up: {len(topo.hosts)} hosts, {len(topo.switches)} switches "
                    f"({scen.switch.load_balancing}"
@@ -137,6 +138,8 @@ def up(scenario, name, sets, metrics):
                    f"{topo.address(topo.hosts[-1])}`")
         if metrics is not None:
             click.echo(f"metrics: http://{metrics}/metrics")
+        for note in lab.containers.notes if lab.containers is not None else ():
+            _echo(note)
 
 
 @cli.command()
@@ -165,24 +168,29 @@ def status(name):
         if not st:
             raise UserError(f"no lab named '{name}'")
         topo = topology.build(scenario_mod.from_dict(st["scenario"]).topology)
+        containers = st.get("containers") or {}
         t = Table(title=f"lab {name}")
-        for col in ("node", "kind", "namespace", "interfaces"):
+        for col in ("node", "kind", "namespace", *(("container", "image") if containers else ()), "interfaces"):
             t.add_column(col)
         for n, node in topo.nodes.items():
             ifs = ", ".join(f"{p.ifname}→{p.peer_node}" + (f" {p.address}" if p.address else "")
                             for p in topo.ports[n])
-            t.add_row(n, node.kind, st["nodes"][n], ifs)
-        Console().print(t)
+            ctr = containers.get(n)
+            shown = ()
+            if containers:                     # a name only: the lab is still starting its containers
+                shown = (ctr["name"], ctr["image"]) if isinstance(ctr, dict) else (ctr or "-", "")
+            t.add_row(n, node.kind, st["nodes"][n], *shown, ifs)
+        Console(width=max(120, Console().width) if containers else None).print(t)
         return
     if not labs:
         click.echo("no labs are up")
         return
     t = Table(title="labs")
-    for col in ("name", "kind", "pid", "namespaces", "scenario", "source"):
+    for col in ("name", "kind", "pid", "namespaces", "containers", "scenario", "source"):
         t.add_column(col)
     for lab in labs:
         t.add_row(lab["name"], lab["kind"], str(lab.get("pid") or "-"), str(len(namespaces_of(lab["name"]))),
-                  lab["scenario"].get("name", ""), lab.get("source", ""))
+                  str(len(lab.get("containers") or {})), lab["scenario"].get("name", ""), lab.get("source", ""))
     Console().print(t)
 
 
@@ -191,16 +199,26 @@ def status(name):
 @click.argument("node")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_(lab_name, node, cmd):
-    """Run CMD inside NODE's namespace: testbed exec h0 -- ping -c1 198.18.1.1"""
+    """Run CMD inside NODE's namespace (a container host: inside its container): testbed exec h0 -- ping -c1
+    198.18.1.1"""
     from .fabric import netns
     from .lab import read_state
     _need_root("exec")
     lab_name = _pick_lab(lab_name)
-    nodes = read_state(lab_name)["nodes"]
+    st = read_state(lab_name)
+    nodes = st["nodes"]
     if node not in nodes:
         raise UserError(f"lab '{lab_name}' has no node '{node}' (nodes: {', '.join(list(nodes)[:8])} …)")
+    ctr = (st.get("containers") or {}).get(node)
     try:
-        proc = netns.spawn(nodes[node], list(cmd))
+        if ctr is None:
+            proc = netns.spawn(nodes[node], list(cmd))
+        elif isinstance(ctr, dict):
+            from .container.hosts import Container
+            term = {"TERM": os.environ["TERM"]} if "TERM" in os.environ else {}
+            proc = Container.from_dict(ctr).spawn(list(cmd), term)
+        else:
+            raise UserError(f"lab '{lab_name}' is still starting its containers: try again")
     except FileNotFoundError:
         raise UserError(f"{cmd[0]}: command not found") from None
     sys.exit(proc.wait())
@@ -331,17 +349,21 @@ def clean():
     """Remove every leftover of this tool (labs, namespaces and what is in them), even after a crash."""
     from .lab import clean_all
     _need_root("clean")
-    labs, stray = clean_all()
-    click.echo(f"removed {labs} lab(s) and {stray} stray namespace(s)")
+    labs, stray, containers = clean_all()
+    click.echo(f"removed {labs} lab(s), {stray} stray namespace(s) and "
+               + (f"{containers} stray container(s)" if containers is not None
+                  else "no container (Docker is not running: containers not checked)"))
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["build", "pps", "roce", "reroute", "select", "all"]), default="all")
+@click.argument("what", type=click.Choice(["build", "pps", "roce", "reroute", "select", "docker", "all"]),
+                default="all")
 @click.option("--sizes", default=None,
               help="Build benchmark sizes: leaf-spine host counts, or ft<k> for a fat-tree (e.g. 16,128,ft16) "
-                   "[default: 16,128,1024]; reroute: fat-trees only [default: ft4,ft8].")
+                   "[default: 16,128,1024]; reroute: fat-trees only [default: ft4,ft8]; docker: host counts "
+                   "[default: 8,32].")
 @click.option("--seconds", default=3.0, help="Traffic time per pps / RoCE send-rate measurement.")
-@click.option("--rounds", default=3, type=click.IntRange(min=1), help="Alternated rounds (pps, roce); medians.")
+@click.option("--rounds", default=3, type=click.IntRange(min=1), help="Alternated rounds (pps, roce, docker); medians.")
 @click.option("--vs", type=click.Choice(["mininet"]), default=None,
               help="Also build the same sizes with Debian's Mininet in this run (installed if absent) and print "
                    "the ratios.")
@@ -359,6 +381,17 @@ def bench(what, sizes, seconds, rounds, vs, mininet_timeout):
         _need_root("bench")
         from .bench.select import print_select
         print_select(rounds)
+        return
+    if what == "docker":
+        try:
+            counts = [x for x in b.parse_sizes(sizes or "8,32") if isinstance(x, int)]
+        except ValueError as e:
+            raise UserError(f"--sizes {sizes!r}: {e}") from None
+        if not counts or len(counts) != len((sizes or "8,32").split(",")):
+            raise UserError(f"--sizes {sizes!r}: docker compares leaf-spine host counts, e.g. 8,32")
+        _need_root("bench")
+        from .bench.docker import print_docker
+        print_docker(counts, rounds)
         return
     if what == "reroute":
         ks = []
@@ -388,6 +421,36 @@ def bench(what, sizes, seconds, rounds, vs, mininet_timeout):
     if what in ("roce", "all"):
         from .bench.roce_rate import print_roce_rate
         print_roce_rate(seconds, rounds)
+
+
+@cli.group()
+def image():
+    """The local host image for container hosts (hosts.docker), fabric-testbed/host."""
+
+
+@image.command(name="build")
+@click.option("--force", is_flag=True, help="Rebuild even when the image of the current inputs is there.")
+def image_build(force):
+    """Make fabric-testbed/host from this machine's Debian packages (no registry): docker import of a root
+    filesystem with Python, a shell, coreutils, ping and iproute2 — what the traffic agent and a user need."""
+    from .container import image as image_mod
+    _need_root("image build")
+    b = image_mod.build(force=force, log=_echo)
+    if b.cached:
+        click.echo(f"image: {b.image} is current (key {b.key}, {b.size_bytes / 1e6:.0f} MB); --force rebuilds it")
+    else:
+        click.echo(f"image: {b.image} built in {b.seconds:.1f} s from {b.packages} Debian packages (key {b.key}, "
+                   f"{b.size_bytes / 1e6:.0f} MB)")
+
+
+@image.command(name="status")
+def image_status():
+    """The host image's key for this machine's packages and whether the daemon has it."""
+    import json
+
+    from .container import image as image_mod
+    _need_root("image status")
+    click.echo(json.dumps(image_mod.status(), indent=2))
 
 
 @cli.group()

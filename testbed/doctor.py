@@ -70,6 +70,10 @@ _SPEC: dict[str, tuple[str, str, str]] = {
     "tcpdump": ("tcpdump", "packet captures", "setup"),
     "perftest": ("perftest (ib_write_bw)", "RoCE with Soft-RoCE (rxe) benchmarks",
                  "install it: apt-get install perftest (and run in the VM for rxe)"),
+    "docker-sdk": ("the docker Python SDK", "container hosts (hosts.docker, testbed image)",
+                   "bash scripts/docker-setup.sh (done on first use)"),
+    "docker": ("a Docker daemon", "container hosts (hosts.docker, testbed image)",
+               "start dockerd (README: Docker hosts; started on first use)"),
 }
 
 QDISC_KINDS = ("htb", "tbf", "pfifo", "bfifo", "netem", "red", "fq", "fq_codel", "prio")
@@ -440,13 +444,20 @@ def _scratch_namespace_probes(prog_fd: int | None, prog_err: str) -> list[Capabi
 _PROBE_LOCK = threading.Lock()       # one scratch namespace name per process: serialise probes
 
 
-def probe(with_bcc: bool = True) -> list[Capability]:
-    """Probe everything; never raises for a missing feature. Order is stable (see ``_SPEC``)."""
+def probe(with_bcc: bool = True, with_docker: bool = True) -> list[Capability]:
+    """Probe everything; never raises for a missing feature. Order is stable (see ``_SPEC``). ``with_docker``:
+    also ask the Docker daemon (nothing is installed or started for it)."""
     with _PROBE_LOCK:
-        return _probe(with_bcc)
+        return _probe(with_bcc, with_docker)
 
 
-def _probe(with_bcc: bool) -> list[Capability]:
+def _probe_docker() -> list[Capability]:
+    from .container.engine import status
+    (sdk_ok, sdk_detail), (daemon_ok, daemon_detail) = status()
+    return [_cap("docker-sdk", sdk_ok, sdk_detail), _cap("docker", daemon_ok, daemon_detail)]
+
+
+def _probe(with_bcc: bool, with_docker: bool) -> list[Capability]:
     found: dict[str, Capability] = {}
 
     def run(names: Iterable[str], fn: Callable[[], Capability | list[Capability]]) -> None:
@@ -484,6 +495,8 @@ def _probe(with_bcc: bool) -> list[Capability]:
     run(["tshark"], lambda: _probe_tool("tshark", "tshark"))
     run(["tcpdump"], lambda: _probe_tool("tcpdump", "tcpdump"))
     run(["perftest"], lambda: _probe_tool("perftest", "ib_write_bw"))
+    if with_docker:
+        run(["docker-sdk", "docker"], _probe_docker)
     return [found[n] for n in _SPEC if n in found]
 
 

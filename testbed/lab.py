@@ -2,7 +2,8 @@
 
 The state file (``/run/fabric-testbed/labs/<name>.json``) is written *before* anything is created, so a run
 that dies half-way can always be cleaned: ``testbed run`` reaps labs of kind ``run`` whose process is gone,
-``testbed clean`` removes every namespace with the tool's prefix. A name already in use is refused.
+``testbed clean`` removes every namespace with the tool's prefix and every container labelled ``fabric-testbed``
+(container hosts, ``hosts.docker``). A name already in use is refused.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import signal
 import re
 import time
 from pathlib import Path
+from typing import Callable
 
 from . import topology
 from .fabric import netns
@@ -91,45 +93,67 @@ def _end_helpers(st: dict) -> None:
 
 
 def remove(name: str) -> int:
-    """Remove a lab: its helper processes, its namespaces (and so everything in them) and its state file."""
+    """Remove a lab: its helper processes, its namespaces (and so everything in them), its containers and its
+    state file (kept when the containers could not be removed, so that it can be tried again)."""
     st = read_state(name)
     if st:
         _end_helpers(st)
     names = namespaces_of(name)
     netns.delete(names)
+    if st and st.get("containers"):
+        from .container.hosts import remove_lab
+        remove_lab(name)
     state_path(name).unlink(missing_ok=True)
     return len(names)
 
 
 def reap_stale() -> list[str]:
-    """Labs of finished or crashed ``run`` processes: their owner is gone, nothing else will remove them."""
+    """Labs of finished or crashed ``run`` processes: their owner is gone, nothing else will remove them. A lab
+    whose containers cannot be removed now (Docker is not running) keeps its state file, and so stays listed by
+    `testbed status`, for `testbed clean` to remove later."""
+    from .container.engine import DockerError
     gone = []
     for st in all_labs():
         if st.get("kind") == "run" and not _alive(st.get("pid")):
-            remove(st["name"])
+            try:
+                remove(st["name"])
+            except DockerError:
+                continue
             gone.append(st["name"])
     return gone
 
 
-def clean_all() -> tuple[int, int]:
-    """Every lab and namespace of this tool except those of ``testbed run`` processes still running (they are
-    not leftovers and remove themselves): crashed runs, `up` labs, stray namespaces without a state file."""
+def clean_all() -> tuple[int, int, int | None]:
+    """Every lab, namespace and container of this tool except those of ``testbed run`` processes still running
+    (they are not leftovers and remove themselves): crashed runs, `up` labs, stray namespaces and containers
+    without a state file. Returns (labs, stray namespaces, stray containers — None when Docker is not there to
+    ask)."""
+    from .container.engine import DockerError
+    from .container.hosts import remove_leftovers
     live = {st["name"] for st in all_labs() if st.get("kind") == "run" and _alive(st.get("pid"))}
     labs = [st for st in all_labs() if st["name"] not in live]
+    failed = []
     for st in labs:
-        remove(st["name"])
+        try:
+            remove(st["name"])
+        except DockerError as e:               # the others are still removed; then one line says what is left
+            failed.append(f"lab {st['name']}: {e}")
     leftovers = [n for n in netns.list_names()
                  if not any(n.startswith(f"{netns.PREFIX}{name}-") for name in live)]
     netns.delete(leftovers)
-    return len(labs), len(leftovers)
+    if failed:
+        raise DockerError(f"{failed[0]}" + (f" (and {len(failed) - 1} more lab(s))" if len(failed) > 1 else "")
+                          + "; everything else was removed")
+    return len(labs), len(leftovers), remove_leftovers(live)
 
 
 class Lab:
     """Context manager: build on enter; tear down on exit unless ``keep`` (``testbed up``)."""
 
     def __init__(self, scen: Scenario, name: str, kind: str = "run", keep: bool = False, source: str = "",
-                 metrics: str | None = None):
-        """``metrics``: HOST:PORT to serve live Prometheus metrics on while the lab lives (telemetry/live.py)."""
+                 metrics: str | None = None, log: Callable[[str], None] = lambda s: None):
+        """``metrics``: HOST:PORT to serve live Prometheus metrics on while the lab lives (telemetry/live.py).
+        ``log``: progress lines (installing or starting Docker, building the host image)."""
         self.scen, self.name, self.kind, self.keep, self.source = scen, check_name(name), kind, keep, source
         self.metrics = metrics
         self.topo = topology.build(scen.topology)
@@ -153,6 +177,11 @@ class Lab:
         if scen.switch.credit_on:                 # refused here, before anything is built
             from .control.credits import check_buffers
             self.warnings += check_buffers(self.ports, scen.switch)
+        self.containers = None                 # hosts.docker: the hosts' containers (container/hosts.py)
+        if scen.hosts.docker is not None:      # Docker that cannot run is refused here, before anything is built
+            from .container.hosts import ContainerHosts
+            self.containers = ContainerHosts(name, {h: scen.hosts.docker.image_of(h) for h in self.topo.hosts},
+                                             log)
 
     def __enter__(self) -> "Lab":
         LABS_DIR.mkdir(parents=True, exist_ok=True)
@@ -171,6 +200,8 @@ class Lab:
         state = {"name": self.name, "kind": self.kind, "pid": os.getpid() if self.kind == "run" else None,
                  "created": time.time(), "source": self.source, "scenario": to_dict(self.scen, roundtrip=True),
                  "nodes": {n: self.fabric.ns[n] for n in self.topo.nodes}}
+        if self.containers is not None:        # before they exist: a crash while starting them leaves a trace
+            state["containers"] = dict(self.containers.names)
         self._state = state
         self._write_state()
         try:
@@ -184,7 +215,13 @@ class Lab:
             compiled = None
             try:
                 compiled = pool.submit(self.datapath.load)
-                self.fabric.build()
+                adopt = None
+                if self.containers is not None:    # their network namespaces become the hosts'
+                    adopt = self.containers.start()
+                    self.fabric.timings.update(self.containers.timings)
+                    self._state["containers"] = {h: c.to_dict() for h, c in self.containers.containers.items()}
+                    self._write_state()
+                self.fabric.build(adopt)
             finally:
                 # Ctrl-C while BCC compiles: let it finish before tearing down — it holds fd 2 (quiet_stderr:
                 # what the teardown and the CLI print meanwhile would be lost) and closing the datapath under it
@@ -287,6 +324,8 @@ class Lab:
         finally:
             try:
                 self.fabric.teardown()
+                if self.containers is not None:
+                    self.containers.remove()
             finally:
                 if self.datapath is not None:
                     self.datapath.close()

@@ -93,6 +93,7 @@ def _traffic(scen: Scenario, lab: Lab, origin: float, check: Callable[[], None],
     packet_size = scen.packet_size
     sndbuf = min(workloads.DEFAULT_SNDBUF, scen.topology.host_link.buffer * 3 // 4)
     ns_of = lab.fabric.ns.__getitem__
+    containers = lab.containers.containers if lab.containers is not None else None
     out = Traffic()
     on_t0 = lab.failures_go if lab.scheduler is not None else None
     timeline = TIMELINE_BIN_S if scen.failures else None
@@ -111,7 +112,7 @@ def _traffic(scen: Scenario, lab: Lab, origin: float, check: Callable[[], None],
         played = replay.play(transfers, tr, topo, scen.seed, ns_of, duration_s, packet_size,
                              prio=host_prio(scen, tr.wire_dscp), origins=out.origins, background=bg,
                              sndbuf_bytes=sndbuf, info=out.info, origin=origin, check=check, on_t0=on_t0,
-                             timeline_bin_s=timeline)
+                             timeline_bin_s=timeline, containers=containers)
         out.flows, out.transfers, out.results, out.collectives = (played.flows, played.owner, played.results,
                                                                   played.rows)
         return out
@@ -128,7 +129,8 @@ def _traffic(scen: Scenario, lab: Lab, origin: float, check: Callable[[], None],
             r.end_s = None if r.end_s is None else r.end_s + shift
         return out
     out.results = workloads.run(out.flows, ns_of, duration_s, packet_size, sndbuf_bytes=sndbuf, info=out.info,
-                                origin=origin, check=check, on_t0=on_t0, timeline_bin_s=timeline)
+                                origin=origin, check=check, on_t0=on_t0, timeline_bin_s=timeline,
+                                containers=containers)
     return out
 
 
@@ -284,21 +286,24 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         from .workloads import rxe
         rxe.require()                         # one clear line where the kernel has no rdma_rxe, before building
     reap_stale()
-    caps = doctor.as_dict(doctor.probe(with_bcc=False))
+    caps = doctor.as_dict(doctor.probe(with_bcc=False, with_docker=scen.hosts.docker is not None))
     lab_name = "r" + secrets.token_hex(3)       # short: "ftb-<lab>-pfc" must fit a 15-character process name
     started = time.time()
     failures: list[str] = []
     traffic = Traffic()
     with telemetry.LabCpuAccount(lab_name) as acct:
-        with Lab(scen, lab_name, source=source, metrics=metrics) as lab:
+        with Lab(scen, lab_name, source=source, metrics=metrics, log=log) as lab:
             topo = lab.topo
-            log(f"fabric up: {len(topo.hosts)} hosts, {len(topo.switches)} switches, {len(topo.links)} links "
+            log(f"fabric up: {len(topo.hosts)} {'container ' if lab.containers is not None else ''}hosts, "
+                f"{len(topo.switches)} switches, {len(topo.links)} links "
                 f"({sum(lab.fabric.timings.values()):.2f} s); datapath {scen.switch.load_balancing}"
                 + (f", SM routing ({scen.switch.sm.engine}, sweep every {scen.switch.sm.sweep_interval / 1e6:g} ms)"
                    if scen.switch.routing == "sm" else "")
                 + (f", {len(scen.failures)} failure event(s)" if scen.failures else ""))
             for w in lab.warnings:
                 log(f"warning: {w}")
+            for note in lab.containers.notes if lab.containers is not None else ():
+                log(note)
             if metrics is not None:
                 log(f"metrics: http://{metrics}/metrics")
             if scen.traffic.engine == "tcp" and scen.traffic.ecn != "none":
@@ -358,6 +363,7 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
     manifest["int"] = dict(int_stats, fabric_mtu=scen.fabric_mtu) if int_stats is not None else None
     manifest["wcmp_controller"] = controller.health() if controller is not None else None
     manifest["metrics"] = lab.exporter_results or None
+    manifest["docker"] = lab.containers.manifest() if lab.containers is not None else None
     fail_rows = None
     if scen.failures:
         from .control.failures import rows as failure_rows

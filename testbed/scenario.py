@@ -512,8 +512,31 @@ class ResolvedQos(Strict):
         return sorted({tc.default, *tc.dscp.values(), *tc.lossless, *trim})
 
 
+def _image_name(v):
+    """A Docker image reference as the local daemon knows it (repository[:tag] or an image id)."""
+    if not isinstance(v, str) or not re.fullmatch(r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+                                                 r"|sha256:[0-9a-f]{64}", v):
+        raise ValueError(f"not a Docker image name (lowercase repository[:tag], e.g. fabric-testbed/host or "
+                         f"debian:bookworm), got {v!r}")
+    return v
+
+
+ImageName = Annotated[str, BeforeValidator(_image_name)]
+
+
+class DockerHostsSpec(Strict):
+    """``hosts.docker``: every host is a container of ``image`` (``per_host`` names other images for some hosts),
+    started without a network of its own; the fabric moves the host's NICs into it (testbed/container/)."""
+    image: ImageName = "fabric-testbed/host"
+    per_host: dict[NodeName, ImageName] = {}
+
+    def image_of(self, host: str) -> str:
+        return self.per_host.get(host, self.image)
+
+
 class HostsSpec(Strict):
     pfc: bool = False            # host NICs obey PFC pause frames (per priority) from their leaf
+    docker: Optional[DockerHostsSpec] = None    # hosts are Docker containers (default: network namespaces)
 
 
 class IncastSpec(Strict):
@@ -890,6 +913,8 @@ class Scenario(Strict):
             where += [("traffic.incast.senders", n) for n in self.traffic.incast.senders]
         for i, job in enumerate(self.traffic.jobs):
             where += [(f"traffic.jobs.{i}.hosts", n) for n in job.hosts or []]
+        if self.hosts.docker is not None:
+            where += [("hosts.docker.per_host", n) for n in self.hosts.docker.per_host]
         if self.traffic.replay is not None:
             from .workloads.replay import check, read
             check(read(self.traffic.replay), {n for n in names if n.startswith("h")},
@@ -909,12 +934,25 @@ class Scenario(Strict):
         self._trim_can_trim()
         self._wcmp_source_fits()
         self._failures_fit()
+        self._docker_hosts_fit()
         for a, b in self.traffic.pairs:
             if a == b:
                 raise ValueError(f"@traffic.pairs: a flow from {a} to itself never crosses the fabric")
             if not (a.startswith("h") and b.startswith("h")):
                 raise ValueError(f"@traffic.pairs: flows run between hosts, got [{a}, {b}]")
         return self
+
+    def _docker_hosts_fit(self) -> None:
+        """Container hosts are hosts, and their NICs must stay in the container's namespace."""
+        d = self.hosts.docker
+        if d is None:
+            return
+        for n in d.per_host:
+            if not n.startswith("h"):
+                raise ValueError(f"@hosts.docker.per_host.{n}: {n} is a switch; only hosts are containers")
+        if self.traffic.engine == "rxe":
+            raise ValueError("@hosts.docker: not with traffic.engine rxe (Soft-RoCE moves the host NICs into the "
+                             "initial namespace, out of the containers); use udp, tcp or roce")
 
     def _rail_shift_crosses(self) -> None:
         """Cross-rail flows need a path between rails, and a shift that is a whole number of rails is none."""

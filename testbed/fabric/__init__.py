@@ -63,10 +63,12 @@ class Fabric:
 
     # ------------------------------------------------------------------ build
 
-    def build(self) -> None:
-        """Create everything; on failure remove what was made and raise FabricError."""
+    def build(self, adopt: dict[str, str] | None = None) -> None:
+        """Create everything; on failure remove what was made and raise FabricError. ``adopt``: node → an
+        existing network namespace file (a container host's ``/proc/<pid>/ns/net``) that becomes the node's
+        namespace instead of a new one; the fabric builds into it like into any other."""
         try:
-            self._build()
+            self._build(adopt or {})
         except BaseException:
             self.teardown()
             raise
@@ -76,7 +78,7 @@ class Fabric:
         self.timings[name] = t - t0
         return t
 
-    def _build(self) -> None:
+    def _build(self, adopt: dict[str, str]) -> None:
         topo, spec = self.topo, self.topo.spec
         netns.raise_nofile(4 * len(self.ns) + 1024)
         t = time.perf_counter()
@@ -84,8 +86,12 @@ class Fabric:
         if taken:
             raise FabricError(f"lab '{self.lab}': namespace {taken[0]} already exists "
                               f"(a lab of that name is running; `testbed down {self.lab}` or `testbed clean`)")
-        socks = netns.create(self.ns.values(), netlink=True, ipv6=False)   # the fabric is IPv4 only
-        self._socks = {node: socks[name] for node, name in self.ns.items()}
+        socks = netns.create([name for node, name in self.ns.items() if node not in adopt],
+                             netlink=True, ipv6=False)   # the fabric is IPv4 only
+        self._socks = {node: socks[name] for node, name in self.ns.items() if node not in adopt}
+        if adopt:
+            adopted = netns.adopt({self.ns[node]: source for node, source in adopt.items()}, ipv6=False)
+            self._socks.update({node: adopted[self.ns[node]] for node in adopt})
         t = self._phase("namespaces", t)
 
         # veth pairs, created from the end nearer the hosts, peer placed straight into its namespace

@@ -131,6 +131,43 @@ def create(names: Iterable[str], threads: int = 2, netlink: bool = False,
     return socks or {}
 
 
+def _adopt_one(name: str, source: str, ipv6: bool) -> socket.socket:
+    """Bind-mount an existing namespace file (a container's ``/proc/<pid>/ns/net``) at ``name``; then, from a
+    thread inside it, the same as for a namespace made here: IPv6 off, a netlink socket."""
+    p = path(name)
+    try:
+        os.link(_ANCHOR, p)
+    except FileExistsError:
+        raise NetnsError(f"network namespace {name} already exists") from None
+    except OSError:
+        os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_RDONLY))
+    _check(_libc.mount(source.encode(), p.encode(), b"none", MS_BIND, None), f"mount {source} on {p}")
+
+    def inside():
+        if not ipv6:
+            _no_ipv6_here()
+        return _netlink_socket_here()
+    return run_in(name, inside)
+
+
+def adopt(sources: dict[str, str], ipv6: bool = True) -> dict[str, socket.socket]:
+    """Give existing network namespaces (name → namespace file, e.g. a container's) a name under /run/netns, so
+    that everything that enters, lists or deletes namespaces by name treats them like the ones ``create`` makes;
+    return a NETLINK_ROUTE socket in each. ``delete`` only unmounts them: whoever made one (the container)
+    frees it. On any failure the names made are removed and the error raised."""
+    _prepare_dir()
+    socks: dict[str, socket.socket] = {}
+    try:
+        for name, source in sources.items():
+            socks[name] = _adopt_one(name, source, ipv6)
+    except BaseException:
+        for sk in socks.values():
+            sk.close()
+        delete(n for n in sources if os.path.lexists(path(n)))
+        raise
+    return socks
+
+
 def delete(names: Iterable[str]) -> None:
     """Unmount and unlink; the kernel frees a namespace (and its veths) when nothing holds it."""
     for n in names:
@@ -252,5 +289,5 @@ def raise_nofile(n: int = 1 << 16) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
-__all__ = ["PREFIX", "NetnsError", "create", "delete", "enter", "exists", "list_names", "netlink_socket",
+__all__ = ["PREFIX", "NetnsError", "adopt", "create", "delete", "enter", "exists", "list_names", "netlink_socket",
            "path", "raise_nofile", "run_in", "run_many", "spawn", "write_sysctl", "errno"]

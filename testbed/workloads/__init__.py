@@ -22,7 +22,7 @@ from typing import Callable, Optional
 from .agents import AgentSet, WorkloadError
 from .engines import ENGINES
 from .flows import Flow, derangement, offered_mbps, plan
-from .gating import Dependencies
+from .gating import Dependencies, gates_dir
 from .results import FlowResult, flow_result
 
 DEFAULT_SNDBUF = 212992     # net.core.wmem_default: what one socket would get, shared by a host's UDP senders
@@ -55,7 +55,7 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
         sndbuf_bytes: Optional[int] = DEFAULT_SNDBUF, start_margin_s: Optional[float] = None,
         info: Optional[dict] = None, origin: Optional[float] = None,
         check: Optional[Callable[[], None]] = None, on_t0: Optional[Callable[[float], None]] = None,
-        timeline_bin_s: Optional[float] = None) -> list[FlowResult]:
+        timeline_bin_s: Optional[float] = None, containers: Optional[dict] = None) -> list[FlowResult]:
     """Run ``flows`` for at most ``duration_s`` (+ ``grace_s`` to drain), one agent per involved host, and return
     one FlowResult per flow, in the order given.
 
@@ -69,7 +69,8 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
     ``check``: called while traffic runs; may raise to abort (e.g. a helper process of the run died).
     ``on_t0``: called with t0 once it is chosen, before the agents get their jobs (the failure scheduler's
     clock). ``timeline_bin_s``: receivers also record bytes per bin of this length and UDP sequence gaps;
-    ``info["timelines"]`` gets them per flow id.
+    ``info["timelines"]`` gets them per flow id. ``containers``: host → its ``container.hosts.Container``
+    (hosts.docker): that host's agent runs inside the container.
     """
     if not flows:
         return []
@@ -84,11 +85,10 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
     hard_end = t_begin + timeout_s
     with contextlib.ExitStack() as stack:
         gates = ""
-        if deps is not None:                 # the gate sockets (gating.py): a fresh directory under the state dir
-            from ..fabric.netns import STATE_DIR      # here: the agents import this package (keep it light)
-            os.makedirs(STATE_DIR, exist_ok=True)
-            gates = stack.enter_context(tempfile.TemporaryDirectory(prefix="gates-", dir=STATE_DIR))
-        agents = stack.enter_context(AgentSet(hosts, ns_of))
+        if deps is not None:                 # the gate sockets (gating.py): a fresh directory per run
+            os.makedirs(gates_dir(), exist_ok=True)
+            gates = stack.enter_context(tempfile.TemporaryDirectory(prefix="run-", dir=gates_dir()))
+        agents = stack.enter_context(AgentSet(hosts, ns_of, containers))
         agents.wait_ready(hard_end, t_begin)
         # t0 shortly after now: every agent only has to parse its job and bind its sockets
         t0 = time.time() + (start_margin_s if start_margin_s is not None else 0.15 + 0.01 * len(hosts))

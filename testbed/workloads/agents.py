@@ -31,8 +31,8 @@ class WorkloadError(Exception):
 
 
 class _Agent:
-    def __init__(self, host: str, ns: str, proc: subprocess.Popen):
-        self.host, self.ns, self.proc = host, ns, proc
+    def __init__(self, host: str, where: str, proc: subprocess.Popen):
+        self.host, self.where, self.proc = host, where, proc     # where: "namespace …" or "container …"
         self.out = bytearray()
         self.err = bytearray()
         self.ready = False
@@ -47,14 +47,16 @@ class _Agent:
         return lines[-1].strip() + where
 
     def fail(self, what: str) -> WorkloadError:
-        return WorkloadError(f"traffic agent on {self.host} (namespace {self.ns}) {what}: {self.last_err_line()}")
+        return WorkloadError(f"traffic agent on {self.host} ({self.where}) {what}: {self.last_err_line()}")
 
 
 class AgentSet:
     """The agents of ``hosts``; use as a context manager (exit kills and reaps every one still running)."""
 
-    def __init__(self, hosts: list[str], ns_of: Callable[[str], str]):
-        self.hosts, self.ns_of = hosts, ns_of
+    def __init__(self, hosts: list[str], ns_of: Callable[[str], str], containers: Optional[dict] = None):
+        """``containers``: host → its Container (container/hosts.py) for container hosts: the agent runs inside
+        it, with the container's Python and the package bind-mounted there."""
+        self.hosts, self.ns_of, self.containers = hosts, ns_of, containers or {}
         self.agents: list[_Agent] = []
         self.sel = selectors.DefaultSelector()
         self.problems: list[str] = []          # agents that had to be killed or would not die
@@ -73,13 +75,23 @@ class AgentSet:
     def _spawn(self, host: str, env: dict) -> None:
         from ..fabric import netns        # here, not at import: every agent imports this package (keep it light)
         ns = self.ns_of(host)
+        ctr = self.containers.get(host)
+        where = f"container {ctr.name}" if ctr is not None else f"namespace {ns}"
+        pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        errors: tuple = (OSError, subprocess.SubprocessError)
+        if ctr is not None:
+            from ..container.hosts import CODE_DIR, ContainerGone
+            errors += (ContainerGone,)
         try:
-            p = netns.spawn(ns, [sys.executable, "-m", "testbed.workloads.agent"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env, FTB_PROC_NAME=ns),
-                            start_new_session=True)
-        except (OSError, subprocess.SubprocessError) as e:
-            raise WorkloadError(f"cannot start the traffic agent on {host} (namespace {ns}): {e}") from None
-        a = _Agent(host, ns, p)
+            if ctr is not None and ctr.python:
+                p = ctr.spawn(["python3", "-m", "testbed.workloads.agent"],
+                              {"PYTHONPATH": CODE_DIR, "PYTHONDONTWRITEBYTECODE": "1", "FTB_PROC_NAME": ns}, **pipes)
+            else:             # a namespace host, or an image without a Python for the agent: its network only
+                p = netns.spawn(ns, [sys.executable, "-m", "testbed.workloads.agent"],
+                                env=dict(env, FTB_PROC_NAME=ns), **pipes)
+        except errors as e:
+            raise WorkloadError(f"cannot start the traffic agent on {host} ({where}): {e}") from None
+        a = _Agent(host, where, p)
         self.agents.append(a)
         os.set_blocking(p.stdout.fileno(), False)
         os.set_blocking(p.stderr.fileno(), False)
@@ -113,7 +125,7 @@ class AgentSet:
                 return
             if time.time() > end:
                 slow = next(a for a in self.agents if not a.ready)
-                raise WorkloadError(f"traffic agent on {slow.host} (namespace {slow.ns}) did not start "
+                raise WorkloadError(f"traffic agent on {slow.host} ({slow.where}) did not start "
                                     f"within {end - started:.0f} s")
             self.pump(0.05)
 

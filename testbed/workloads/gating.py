@@ -10,6 +10,15 @@ every agent imports this module.
 """
 from __future__ import annotations
 
+import os
+
+
+def gates_dir() -> str:
+    """Where each run's directory of gate sockets is made (container hosts get it bind-mounted at the same
+    path, so a path names the same socket everywhere)."""
+    from ..fabric.netns import STATE_DIR      # here: the agents import this module (keep it light)
+    return os.path.join(STATE_DIR, "gates")
+
 
 class Dependencies:
     """The gated flows of a run: checked (every awaited flow is in the run, no cycle) and who notifies whom."""
