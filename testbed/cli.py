@@ -450,7 +450,7 @@ def image_status():
 
     from .container import image as image_mod
     _need_root("image status")
-    click.echo(json.dumps(image_mod.status(), indent=2))
+    click.echo(json.dumps(image_mod.status(log=_echo), indent=2))
 
 
 @cli.group()

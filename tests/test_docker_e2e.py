@@ -245,3 +245,15 @@ def test_docker_that_cannot_run_is_one_line_before_anything_is_built(docker, tmp
     assert doc["docker-sdk"]["ok"] and not doc["docker"]["ok"], doc["docker"]
     here = json.loads(run_cli("doctor", "--json").stdout)["capabilities"]
     assert here["docker"]["ok"] and "storage" in here["docker"]["detail"], here["docker"]
+
+
+def test_bench_docker_measures_both_and_leaves_nothing(docker):
+    from testbed.bench.docker import print_docker
+    lines = []
+    res = print_docker([8], rounds=1, out=lines.append)
+    ns_up, dk_up = res[8]["ns"][0], res[8]["docker"][0]
+    assert 0 < ns_up < dk_up and res[8]["containers"] > 0 and res["image"] > 0, res
+    assert any(ln.startswith("8 hosts") for ln in lines) and any("host image build" in ln for ln in lines), lines
+    assert netns.list_names("ftb-bench") == []
+    assert docker.containers.list(all=True, filters={"label": "fabric-testbed"}) == []
+    assert [t for i in docker.images.list("fabric-testbed/host") for t in i.tags] == ["fabric-testbed/host:latest"]

@@ -240,9 +240,9 @@ def build(force: bool = False, log=lambda s: None, tag: str = TAG) -> Built:
     return Built(f"{IMAGE}:{tag}", k, False, time.monotonic() - t, img.attrs.get("Size", 0), len(packages))
 
 
-def status() -> dict:
+def status(log=lambda s: None) -> dict:
     """The key the current inputs give and whether the image of that key is there."""
-    c = client(log=lambda s: None)
+    c = client(log=log)
     packages = closure()
     k = key(packages)
     img = current(c)
