@@ -352,7 +352,7 @@ def clean():
     labs, stray, containers = clean_all()
     click.echo(f"removed {labs} lab(s), {stray} stray namespace(s) and "
                + (f"{containers} stray container(s)" if containers is not None
-                  else "no container (Docker is not running: containers not checked)"))
+                  else "no container (no Docker daemon answers: containers not checked)"))
 
 
 @cli.command()

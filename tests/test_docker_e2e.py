@@ -115,7 +115,7 @@ def test_permutation_in_containers_gives_the_same_flows(docker, tmp_path):
     plain = run_cli("run", "scenarios/default.yaml", "--out", str(tmp_path / "ns"), *sets)
     assert plain.returncode == 0, plain.stderr
     proc = subprocess.Popen(TESTBED + ["run", "scenarios/default.yaml", "--out", str(tmp_path / "docker"), *sets,
-                                       "--set", f"hosts.docker.per_host.h3={NOPYTHON}"],
+                                       "--set", f"hosts.docker.per_host.h3={NOPYTHON}", "--set", "capture=[h0]"],
                             cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -152,6 +152,8 @@ def test_permutation_in_containers_gives_the_same_flows(docker, tmp_path):
     assert {h: d["agent"] for h, d in manifest["docker"]["hosts"].items()} == {
         "h0": "container", "h1": "container", "h2": "container", "h3": "network namespace"}
     assert "containers" in manifest["build_timings_s"]
+    pcap = tmp_path / "docker" / "pcap" / "h0-eth0.pcap"             # tcpdump in h0's (the container's) namespace
+    assert pcap.stat().st_size > 10_000, pcap.stat().st_size
     assert "agents run in the container's network namespace" in err
     assert _containers(docker, lab) == []
 

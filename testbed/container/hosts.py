@@ -35,7 +35,7 @@ PACKAGE = Path(__file__).resolve().parent.parent
 ENTRYPOINT, COMMAND = ["sleep"], ["infinity"]
 PYTHON_CHECK = "import sys; assert sys.version_info >= (3, 11), sys.version; import isal"
 _NSENTER = ("--mount", "--uts", "--ipc", "--net", "--pid")
-START_THREADS = 8                          # containers created at once (8: ~120 ms a host here, 4: ~150)
+START_THREADS = 8                          # containers started at once (8: 120–155 ms a host here; fewer: slower)
 
 
 class ContainerGone(DockerError):
