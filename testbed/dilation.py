@@ -67,7 +67,7 @@ def dilate(doc: dict, model, n: int, skip: frozenset = frozenset()) -> tuple[dic
     """``doc`` (the scenario as written, overrides and profile applied) with every rate it gives ÷ ``n`` and every
     time × ``n``, found by walking it beside the schema (``model``: the Scenario class); ``skip``: dotted keys a
     profile filled. Returns the new mapping and the dotted keys scaled."""
-    from typing import Annotated, Union, get_args, get_origin
+    from typing import Annotated, Literal, Union, get_args, get_origin
     from types import UnionType
 
     from pydantic import BaseModel
@@ -110,6 +110,8 @@ def dilate(doc: dict, model, n: int, skip: frozenset = frozenset()) -> tuple[dic
                     continue
                 a_meta = list(get_args(arg)[1:]) if get_origin(arg) is Annotated else []
                 a_base = get_args(arg)[0] if get_origin(arg) is Annotated else arg
+                if get_origin(a_base) is Literal and value in get_args(a_base):
+                    return value                   # a word such as `auto`: nothing to scale
                 fits = ((isinstance(value, dict) and (get_origin(a_base) is dict or
                                                       (isinstance(a_base, type) and issubclass(a_base, BaseModel))))
                         or (isinstance(value, list) and get_origin(a_base) in (list, tuple))

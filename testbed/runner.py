@@ -27,6 +27,7 @@ from .fabric.port import nics_have_classes
 from .lab import Lab, reap_stale
 from .scenario import Scenario, to_dict
 from .workloads import WorkloadError
+from .workloads.flows import rto_warning
 
 RESULTS_DIR = Path("results")
 TIMELINE_BIN_S = 0.01          # runs with failures: receivers count bytes per 10 ms (failures.csv's dips)
@@ -200,6 +201,8 @@ def _degradations(sampler, lab: Lab, acct, traffic: Traffic) -> list[str]:
         out.append(f"failure scheduler: {len(lab.scen.failures) - len(fs.get('applied', []))} event(s) not "
                    f"applied (the traffic ended first)")
     out += traffic.info.get("agent_problems", [])
+    if (rto := rto_warning(lab.scen.traffic, lab.topo)) is not None:
+        out.append(rto)
     return out
 
 
@@ -300,7 +303,7 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
                 + (f", SM routing ({scen.switch.sm.engine}, sweep every {scen.switch.sm.sweep_interval / 1e6:g} ms)"
                    if scen.switch.routing == "sm" else "")
                 + (f", {len(scen.failures)} failure event(s)" if scen.failures else ""))
-            for w in lab.warnings:
+            for w in lab.warnings + [w for w in [rto_warning(scen.traffic, topo)] if w]:
                 log(f"warning: {w}")
             for note in lab.containers.notes if lab.containers is not None else ():
                 log(note)

@@ -33,8 +33,8 @@ def test_rocev2_fills_ecmp_pfc_dscp_ecn_and_dcqcn():
     assert sw.pfc.enabled and not sw.credit.enabled and sc.hosts.pfc
     assert sw.traffic_classes.lossless == [3] and sc.traffic.dscp == 26
     assert (sw.ecn.kmin, sw.ecn.kmax, sw.ecn.pmax) == (20 * 1024, 80 * 1024, 0.2)
-    assert (sc.traffic.cc, sc.traffic.receiver) == ("dcqcn", "gbn")
-    assert "switch.pfc.enabled" in sc.profile_keys and "traffic.cc" in sc.profile_keys
+    assert (sc.traffic.cc, sc.traffic.receiver, sc.traffic.roce.rto) == ("dcqcn", "gbn", "auto")
+    assert {"switch.pfc.enabled", "traffic.cc", "traffic.roce.rto"} <= set(sc.profile_keys)
 
 
 @pytest.mark.parametrize("kind,engine", [({"kind": "fat-tree", "k": 4}, "ftree"), ({"kind": "leaf-spine"}, "minhop"),

@@ -51,12 +51,16 @@ def test_sweep_compares_infiniband_and_rocev2_on_the_same_traffic(tmp_path):
         assert sum(float(r["credits_granted"] or 0) for r in csv.DictReader(f)) > 10e6
     assert num["infiniband"]["pause_frames"] == num["infiniband"]["ecn_marks"] == num["infiniband"]["cnps"] == 0
     # rocev2: PFC paused, the switches marked, DCQCN receivers sent CNPs; no credits, distributed ECMP.
-    # Measured: pause_frames 160-220, ecn_marks 832-1032, cnps 28-34, retransmits 5223-7246 (go-back-N
-    # timeouts while paused), 2-5 of the 5 flows completed within the 4 s.
+    # Measured (8 sweeps): pause_frames 174-202, ecn_marks 708-961, cnps 29-33, 0 retransmits (the profile's
+    # rto: auto, 419 ms here, sits above the path's queueing; with the engine's 10 ms default go-back-N resent
+    # 5,200-7,400 packets that were only late, and 2-5 flows finished within the 4 s), FCT p99 3.0-3.9 s: DCQCN
+    # cuts the incast's senders and recovers on its scaled timers, against the credits' lossless line rate.
     mr = m["rocev2"]
     assert mr["profile"] == "rocev2" and "switch.pfc.enabled" in mr["profile_keys"]
     assert mr["scenario"]["switch"]["routing"] == "distributed" and mr["scenario"]["traffic"]["cc"] == "dcqcn"
     assert mr["routing"] is None or mr["routing"]["mode"] == "distributed"
     assert num["rocev2"]["pause_frames"] >= 100 and num["rocev2"]["ecn_marks"] >= 500 and num["rocev2"]["cnps"] >= 15
     assert num["rocev2"]["credit_stalls"] == 0
-    assert num["rocev2"]["retransmits"] > 10 * num["infiniband"]["retransmits"]
+    assert mr["scenario"]["traffic"]["roce"]["rto"] == "auto" and num["rocev2"]["retransmits"] == 0
+    assert ro["flows_completed"] == "5"
+    assert num["infiniband"]["fct_p99_ms"] < 0.5 * num["rocev2"]["fct_p99_ms"]

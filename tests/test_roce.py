@@ -119,6 +119,35 @@ class _CtlSink:
         return True
 
 
+def test_rto_auto_is_twice_the_longest_queueing_on_the_path():
+    """4 queues on a leaf–spine path (NIC, leaf up, spine down, leaf down); 256 KB at 40 Mbit/s drains in
+    52.4288 ms, so the bound is 209.7152 ms and auto 419.4304 ms; a leaf link overridden to 10 Mbit/s makes the
+    fabric hops 209.7152 ms each. A 10 ms go-back-N RTO below the bound is one warning line; ooo (adaptive RTO)
+    and an RTO above the bound none; a fabric with small buffers keeps the 10 ms floor."""
+    from testbed import topology
+    from testbed.workloads import flows
+    link = {"rate": "40mbit", "buffer": "256KB"}
+    base = {"spines": 2, "leaves": 2, "hosts_per_leaf": 1, "host_link": link, "fabric_link": link}
+    sc = make_scenario(topology=base, traffic={"engine": "roce", "roce": {"rto": "auto"}})
+    topo = topology.build(sc.topology)
+    assert flows.queueing_bound_s(topo) == pytest.approx(4 * 262144 * 8 / 40e6)
+    assert flows.rto_s(sc.traffic.roce, topo) == pytest.approx(0.4194304)
+    assert flows.roce_opts(sc.traffic, topo)["rto_s"] == pytest.approx(0.4194304)
+    slow = make_scenario(topology={**base, "links": [{"between": ["leaf0", "spine1"], "rate": "10mbit"}]},
+                         traffic={"engine": "roce"})
+    assert flows.queueing_bound_s(topology.build(slow.topology)) == pytest.approx(2 * 0.0524288 + 2 * 0.2097152)
+    warn = flows.rto_warning(make_scenario(topology=base, traffic={"engine": "roce"}).traffic, topo)
+    assert warn.startswith("traffic.roce.rto: 10 ms is below the 210 ms") and "\n" not in warn
+    assert flows.rto_warning(make_scenario(topology=base, traffic={"engine": "roce", "receiver": "ooo"}).traffic,
+                             topo) is None
+    assert flows.rto_warning(make_scenario(topology=base, traffic={"engine": "roce", "roce": {"rto": "250ms"}})
+                             .traffic, topo) is None
+    small = make_scenario(topology={**base, "host_link": {"rate": "400mbit", "buffer": "16KB"},
+                                    "fabric_link": {"rate": "400mbit", "buffer": "16KB"}},
+                          traffic={"engine": "roce", "roce": {"rto": "auto"}})
+    assert flows.rto_s(small.traffic.roce, topology.build(small.topology)) == flows.RTO_FLOOR_S
+
+
 def _ooo_responder(window=4, reorder_time_s=1e-3, rto_s=8e-3, npk=200, full=False):
     ep = _CtlSink(full)
     flow = {"flow_id": 0, "size_bytes": npk * 1024, "src_addr": "10.0.0.1", "dst_addr": "10.0.1.2", "sport": 49152,

@@ -194,6 +194,50 @@ def _engine(traffic):
 EXT_CCS = ("nscc", "swift", "timely", "hpcc", "eqds", "nscc+eqds")
 
 
+#: the least ``rto: auto`` gives (the engine's fixed default)
+RTO_FLOOR_S = 0.010
+
+
+def queueing_bound_s(topo) -> float:
+    """The longest a packet can queue on its way between two hosts: over the longest path (NIC, then each
+    switch hop), the sum of each hop's largest buffer ÷ its link rate (link overrides included). Flow control
+    can hold a packet longer (a paused queue does not drain), so ``rto: auto`` doubles it."""
+    worst = {}
+    for link in topo.links:
+        worst[link.tier] = max(worst.get(link.tier, 0.0), link.buffer_bytes * 8 / link.rate_bps)
+    fabric_hops = 2 * max(0, len(topo.tiers) - 1)
+    return 2 * worst.get("host", 0.0) + fabric_hops * worst.get("fabric", 0.0)
+
+
+def rto_s(roce, topo) -> float:
+    """``traffic.roce.rto`` in seconds; ``auto``: twice ``queueing_bound_s``, at least ``RTO_FLOOR_S`` — a
+    fixed RTO below the queueing delay makes go-back-N resend packets that were only late (a hardware NIC's RTO,
+    milliseconds against microseconds of queueing, is far above it; emulated queues drain 1000× slower)."""
+    if roce.rto == "auto":
+        return max(RTO_FLOOR_S, 2 * queueing_bound_s(topo))
+    return roce.rto / 1e9
+
+
+def rto_warning(traffic, topo) -> str | None:
+    """One line when go-back-N RoCE (a fixed RTO: no transmit times to measure the RTT from) runs with an RTO
+    below the longest queueing on its path."""
+    if traffic.engine != "roce" or roce_ext(traffic):
+        return None
+    rto, bound = rto_s(traffic.roce, topo), queueing_bound_s(topo)
+    if rto >= bound:
+        return None
+    return (f"traffic.roce.rto: {rto * 1e3:g} ms is below the {bound * 1e3:.0f} ms a packet can queue on its path "
+            f"(buffers ÷ link rates): go-back-N may resend packets that are only late; set traffic.roce.rto: "
+            f"auto (or above {bound * 1e3:.0f} ms)")
+
+
+def roce_ext(traffic) -> bool:
+    """Whether the flows use the extended transport (transmit times in data packets, SACK echoes in ACKs): an
+    adaptive RTO from the measured RTT, the fixed one only its floor."""
+    r = traffic.roce
+    return traffic.cc in EXT_CCS or r.entropy in ("reps", "bitmap") or traffic.receiver == "ooo"
+
+
 def roce_opts(traffic, topo) -> dict:
     """Engine options every RoCE flow of ``traffic`` carries to both agents (see roce.py)."""
     from .roce import wire as rocewire
@@ -208,15 +252,16 @@ def roce_opts(traffic, topo) -> dict:
                                 alpha_timer_s=ns(d.alpha_timer), byte_counter=d.byte_counter,
                                 fast_recovery=d.fast_recovery, rate_ai_bps=d.rate_ai, rate_hai_bps=d.rate_hai,
                                 min_rate_bps=d.min_rate)
+    rto = rto_s(r, topo)
     mtu = r.mtu or rocewire.ib_mtu(packet_size)
     if mtu + rocewire.HDR_MAX + rocewire.ICRC_LEN > packet_size:
         raise ValueError(f"traffic.roce.mtu {mtu} does not fit packet_size {packet_size}")
     return {"receiver": traffic.receiver, "cc": traffic.cc, "mtu": mtu, "msg_bytes": r.message_size,
-            "entropy": r.entropy, "entropy_values": r.values, "rto_s": r.rto / 1e9,
-            "ext": traffic.cc in EXT_CCS or r.entropy in ("reps", "bitmap") or traffic.receiver == "ooo",
+            "entropy": r.entropy, "entropy_values": r.values, "rto_s": rto,
+            "ext": roce_ext(traffic),
             "penalty_decay_s": r.penalty_decay / 1e9 if r.penalty_decay is not None else None,
             "reorder_window": r.reorder_window,
-            "reorder_time_s": (r.reorder_time if r.reorder_time is not None else r.rto / 4) / 1e9,
+            "reorder_time_s": r.reorder_time / 1e9 if r.reorder_time is not None else rto / 4,
             "drop_prob": r.drop_prob, "ce_prob": r.ce_prob, "batch": r.batch, "line_bps": line,
             "cnp_interval_s": params.cnp_interval_s, "dcqcn": params.to_dict(),
             **_cc_params(traffic, topo, packet_size, mtu)}
