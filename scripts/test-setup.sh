@@ -2,10 +2,16 @@
 # Idempotent set-up of what only the tests need (scripts/setup.sh, the quick start's, never installs these):
 #   mininet, bridge-utils  the Mininet baseline test (tests/test_bench_smoke.py; LinuxBridge runs brctl)
 #   chromium               headless rendering of report.html (tests/test_report_html.py)
+#   ray, pymetis           the `cluster` extra (pip): the local Ray cluster's tests (tests/test_cluster_*.py)
 # Fast when done: dpkg status first, apt-get only for what is missing.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . scripts/lib.sh
 ensure_packages mininet bridge-utils chromium
-echo "test-setup: ok (mininet, bridge-utils, chromium)"
+VENV="${FTB_VENV:-.venv}"
+if ! "$VENV/bin/python" -c 'import ray, pymetis' 2>/dev/null; then
+    echo "test-setup: pip install -e '.[cluster]' (Ray, pymetis)"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore "$VENV/bin/python" -m pip install -q -e '.[cluster]'
+fi
+echo "test-setup: ok (mininet, bridge-utils, chromium, ray, pymetis)"

@@ -90,12 +90,22 @@ def _end_helpers(st: dict) -> None:
                 os.kill(h["pid"], signal.SIGTERM)
 
 
+def _kill_inside(names: list[str]) -> None:
+    """SIGKILL every process still inside these namespaces (traffic agents of a run whose owner was killed: they
+    would keep the deleted namespaces and their interfaces alive)."""
+    for pid in netns.pids_in(names):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def remove(name: str) -> int:
-    """Remove a lab: its helper processes, its namespaces (and so everything in them) and its state file."""
+    """Remove a lab: its helper processes, the processes left inside its namespaces, its namespaces (and so
+    everything in them) and its state file."""
     st = read_state(name)
     if st:
         _end_helpers(st)
     names = namespaces_of(name)
+    _kill_inside(names)
     netns.delete(names)
     state_path(name).unlink(missing_ok=True)
     return len(names)
@@ -113,13 +123,15 @@ def reap_stale() -> list[str]:
 
 def clean_all() -> tuple[int, int]:
     """Every lab and namespace of this tool except those of ``testbed run`` processes still running (they are
-    not leftovers and remove themselves): crashed runs, `up` labs, stray namespaces without a state file."""
+    not leftovers and remove themselves) and the local cluster's machines (``ftb-m<i>``: ``testbed cluster
+    down`` removes them): crashed runs, `up` labs, stray namespaces without a state file."""
     live = {st["name"] for st in all_labs() if st.get("kind") == "run" and _alive(st.get("pid"))}
     labs = [st for st in all_labs() if st["name"] not in live]
     for st in labs:
         remove(st["name"])
-    leftovers = [n for n in netns.list_names()
-                 if not any(n.startswith(f"{netns.PREFIX}{name}-") for name in live)]
+    leftovers = [n for n in netns.list_names() if not netns.is_machine(n)
+                 and not any(n.startswith(f"{netns.PREFIX}{name}-") for name in live)]
+    _kill_inside(leftovers)
     netns.delete(leftovers)
     return len(labs), len(leftovers)
 
@@ -128,14 +140,17 @@ class Lab:
     """Context manager: build on enter; tear down on exit unless ``keep`` (``testbed up``)."""
 
     def __init__(self, scen: Scenario, name: str, kind: str = "run", keep: bool = False, source: str = "",
-                 metrics: str | None = None):
-        """``metrics``: HOST:PORT to serve live Prometheus metrics on while the lab lives (telemetry/live.py)."""
+                 metrics: str | None = None, nodes=None, tunnels: dict | None = None):
+        """``metrics``: HOST:PORT to serve live Prometheus metrics on while the lab lives (telemetry/live.py).
+        ``nodes``: build only these nodes — one machine's part of a fabric over several (testbed/cluster/); its
+        ports whose link leaves the part are ``tunnels`` (ifindex → fabric.Tunnel)."""
         self.scen, self.name, self.kind, self.keep, self.source = scen, check_name(name), kind, keep, source
         self.metrics = metrics
-        self.topo = topology.build(scen.topology)
-        self.ports = port_configs(self.topo, scen.switch, scen.hosts.pfc,  # every port's egress, built once
+        whole = topology.build(scen.topology)
+        self.ports = port_configs(whole, scen.switch, scen.hosts.pfc,  # every port's egress, built once
                                   scen.fabric_mtu)
-        self.fabric = Fabric(self.topo, name, self.ports)
+        self.topo = whole if nodes is None else whole.restrict(nodes)
+        self.fabric = Fabric(self.topo, name, self.ports, tunnels)
         self.datapath = None
         self.pfc = None                        # the PFC agent (control/pfc.py) when a tier has PFC on
         self.pfc_results: dict = {}
