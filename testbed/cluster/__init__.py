@@ -93,6 +93,9 @@ def connect(address: str):
     if ray.is_initialized():
         return ray
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # a failed call the driver chose not to wait for (a part's agents stopped because another part failed) is
+    # not news: every failure that matters is reported by the driver in one line
+    os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
     for k, v in RAY_INLINE_ENV.items():
         os.environ.setdefault(k, v)
     try:

@@ -79,6 +79,20 @@ class Parts:
         except GetTimeoutError:
             raise PartFailed(f"{self.name(i)}: no answer in {timeout:g} s") from None
 
+    def check_alive(self) -> None:
+        """Raise PartFailed when the GCS reports an actor dead. A call pending on an actor whose process was
+        SIGKILLed was not failed by Ray here (a driver waited on it forever), so the driver asks while it waits."""
+        from ray._private import state
+        for i, a in enumerate(self.actors):
+            if i in self.dead:
+                continue
+            info = state.actors(actor_id=a._actor_id.hex())
+            if info and info.get("State") == "DEAD":
+                cause = (info.get("DeathCause") or {}).get("actorDiedErrorContext", {}).get("errorMessage", "")
+                why = f"its actor died{f' ({cause.strip().splitlines()[0][:120]})' if cause.strip() else ''}"
+                self.dead[i] = why
+                raise PartFailed(f"{self.name(i)}: {why}")
+
     def all(self, method: str, *args, each: Callable[[int], tuple] | None = None) -> list:
         """Call ``method`` on every actor at once; the first failure (in machine order) raises."""
         refs = [getattr(a, method).remote(*(each(i) if each else args)) for i, a in enumerate(self.actors)]
@@ -151,9 +165,10 @@ class RemoteAgents:
         out: dict = {}
         pending = list(refs)
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1, timeout=0.2)
+            ready, pending = ray.wait(pending, num_returns=1, timeout=0.5)
             for ref in ready:
                 out.update(self.parts.get(refs[ref], ref))
+            self.parts.check_alive()
             if check is not None:
                 check()
         return out
