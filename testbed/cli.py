@@ -363,7 +363,8 @@ def clean():
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["build", "pps", "roce", "reroute", "select", "all"]), default="all")
+@click.argument("what", type=click.Choice(["build", "pps", "roce", "reroute", "select", "cluster", "all"]),
+                default="all")
 @click.option("--sizes", default=None,
               help="Build benchmark sizes: leaf-spine host counts, or ft<k> for a fat-tree (e.g. 16,128,ft16) "
                    "[default: 16,128,1024]; reroute: fat-trees only [default: ft4,ft8].")
@@ -382,6 +383,11 @@ def bench(what, sizes, seconds, rounds, vs, mininet_timeout):
     if mininet_timeout is not None and not vs:
         raise UserError("--mininet-timeout needs --vs mininet")
     from . import bench as b
+    if what == "cluster":
+        _need_root("bench")
+        from .bench.cluster import print_cluster
+        print_cluster(seconds, rounds)
+        return
     if what == "select":
         _need_root("bench")
         from .bench.select import print_select
