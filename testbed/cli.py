@@ -137,10 +137,24 @@ def run(scenario, out, sets, metrics, cluster):
 @click.option("--name", help="Lab name (lowercase letters/digits, ≤12; default from the scenario).")
 @set_option
 @metrics_option
-def up(scenario, name, sets, metrics):
-    """Build a lab and leave it running (containerlab style); `testbed down` removes it."""
+@cluster_option
+def up(scenario, name, sets, metrics, cluster):
+    """Build a lab and leave it running (containerlab style); `testbed down` removes it. With --cluster the fabric
+    is split over the Ray cluster's machines as `placement` says (its parts are labs NAMEm0, NAMEm1, …)."""
     from .lab import Lab, reap_stale
     scen = _load(scenario, sets)
+    if cluster:
+        if metrics:
+            raise UserError("--metrics serves one machine's lab; it is not available with --cluster yet")
+        from .cluster.run import ClusterLab
+        name = name or (re.sub(r"[^a-z0-9]", "", scen.name.lower())[:8] or "lab")
+        if len(name) > 10:
+            raise UserError(f"--name {name!r}: with --cluster at most 10 characters (parts are {name}m0, …)")
+        cl = ClusterLab(scen, cluster, log=_echo, name=name).__enter__()
+        click.echo(f"lab '{name}' is up over {len(cl.used)} machine(s): parts "
+                   + ", ".join(f"{lab} on {m.name}" for lab, m in zip(cl.labs, cl.used))
+                   + f"; `testbed down {name} --cluster {cluster}` removes it")
+        return
     _need_root("up")
     name = name or (re.sub(r"[^a-z0-9]", "", scen.name.lower())[:12] or "lab")
     reap_stale()
@@ -157,9 +171,17 @@ def up(scenario, name, sets, metrics):
 
 @cli.command()
 @click.argument("name", required=False)
-def down(name):
-    """Remove a lab made by `testbed up`."""
+@cluster_option
+def down(name, cluster):
+    """Remove a lab made by `testbed up` (with --cluster: `testbed up --cluster`, every machine's part)."""
     from .lab import remove
+    if cluster:
+        if not name:
+            raise UserError("testbed down --cluster needs the lab's NAME")
+        from .cluster.run import down as cluster_down
+        n = cluster_down(name, cluster, log=_echo)
+        click.echo(f"lab '{name}' removed ({n} part(s))")
+        return
     _need_root("down")
     name = _pick_lab(name)
     n = remove(name)

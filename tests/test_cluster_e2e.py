@@ -225,6 +225,20 @@ def _zombie_or_other(h: dict) -> bool:
     return proc_start(h["pid"]) != h["start"]
 
 
+def test_up_and_down_over_the_cluster(cluster):
+    res = cli("up", "scenarios/default.yaml", "--cluster", "auto", "--name", "cup", "--set", "placement.partitions=2")
+    assert res.returncode == 0, res.stderr
+    try:
+        assert "cupm0 on m0" in res.stdout and "cupm1 on m1" in res.stdout
+        # h0's part is on m0, h7's on m1: the ping crosses the cut
+        ping = cli("exec", "--lab", "cupm0", "h0", "--", "ping", "-c1", "-W3", "198.18.1.4")
+        assert ping.returncode == 0, ping.stdout + ping.stderr
+    finally:
+        res = cli("down", "cup", "--cluster", "auto")
+    assert res.returncode == 0 and "2 part(s)" in res.stdout, res.stderr
+    assert not netns.list_names("ftb-cupm0-") and not netns.list_names("ftb-cupm1-")
+
+
 def _lab_owned_by(machine: str) -> str | None:
     """The name of a lab whose owner process belongs to the local cluster's ``machine``."""
     from testbed.cluster import local

@@ -57,11 +57,13 @@ class Part:
         return {"address": address, "interface": ifname, "mtu": mtu, "rate_bps": rate, "pid": os.getpid(),
                 "hostname": platform.node(), "root": os.geteuid() == 0}
 
-    def build(self, scen, lab_name: str, nodes: list[str], tunnels: dict[int, tuple[int, str, str]]) -> dict:
-        """Build this machine's part (a lab of kind ``run`` owned by this actor's process)."""
+    def build(self, scen, lab_name: str, nodes: list[str], tunnels: dict[int, tuple[int, str, str]],
+              kind: str = "run") -> dict:
+        """Build this machine's part: a lab of kind ``run`` owned by this actor's process, or ``up`` (``testbed
+        up --cluster``: it stays until ``testbed down``, and ``testbed clean`` on the machine removes it)."""
         from ..lab import Lab, reap_stale
         reap_stale()
-        lab = Lab(scen, lab_name, nodes=nodes,
+        lab = Lab(scen, lab_name, kind=kind, keep=kind == "up", nodes=nodes,
                   tunnels={ifx: Tunnel(vni, lo, rem) for ifx, (vni, lo, rem) in tunnels.items()})
         with self._lock:
             self.lab = lab

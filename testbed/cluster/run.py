@@ -53,11 +53,13 @@ def _line(e: BaseException) -> str:
 class Parts:
     """The actors of one run, one per machine, and the calls to all of them (failures named by machine)."""
 
-    def __init__(self, ray, used: list[Machine], labs: list[str]):
+    def __init__(self, ray, used: list[Machine], labs: list[str], detached: bool = False):
+        """``detached``: the actors outlive the driver (``testbed up --cluster``; ``testbed down`` ends them)."""
         from .part import Part
         self.ray, self.machines, self.labs = ray, used, labs
         actor = ray.remote(Part)
-        self.actors = [actor.options(num_cpus=0, max_concurrency=8, max_restarts=0, name=f"ftb-{lab}",
+        extra = {"lifetime": "detached"} if detached else {}
+        self.actors = [actor.options(num_cpus=0, max_concurrency=8, max_restarts=0, name=f"ftb-{lab}", **extra,
                                      **pin(m)).remote() for m, lab in zip(used, labs)]
         self.dead: dict[int, str] = {}           # machine index → why its actor is gone
 
@@ -201,7 +203,9 @@ class ClusterLab:
     """A fabric built over the cluster's machines (context manager; exit tears every part down): partition,
     one pinned actor per machine, the underlay checked, every part built at once."""
 
-    def __init__(self, scen, address: str, log: Callable[[str], None] = lambda s: None):
+    def __init__(self, scen, address: str, log: Callable[[str], None] = lambda s: None, name: str | None = None):
+        """``name``: a lab that stays up (``testbed up --cluster``): its parts are labs ``<name>m<i>`` of kind
+        ``up`` built by detached actors; None: a run's (``c<4 hex>``, torn down on exit)."""
         from .. import topology
         from ..scenario import PlacementSpec
         what = unsupported(scen)
@@ -217,8 +221,8 @@ class ClusterLab:
         self.topo = topology.build(scen.topology)
         self.part = partition(self.topo, self.spec)
         self.used = ms[:self.spec.partitions]
-        base = "c" + secrets.token_hex(2)        # a part's lab: c<4 hex>m<i> ("ftb-<lab>-pfc" ≤ 15 characters)
-        self.name = base
+        base = name or "c" + secrets.token_hex(2)  # a run's part: c<4 hex>m<i> ("ftb-<lab>-pfc" ≤ 15 characters)
+        self.name, self.keep = base, name is not None
         self.labs = [f"{base}m{i}" for i in range(len(self.used))]
         self.parts: Parts | None = None
         self.probes: list[dict] = []
@@ -229,7 +233,7 @@ class ClusterLab:
         return f"ftb-{self.labs[self.part.of[node]]}-{node}"
 
     def __enter__(self) -> "ClusterLab":
-        self.parts = parts = Parts(self.ray, self.used, self.labs)
+        self.parts = parts = Parts(self.ray, self.used, self.labs, detached=self.keep)
         try:
             self.probes = probes = parts.all("probe")
             for i, p in enumerate(probes):
@@ -245,7 +249,9 @@ class ClusterLab:
                 tunnels[c.a_machine][c.a_ifindex] = (c.vni, a, b)
                 tunnels[c.b_machine][c.b_ifindex] = (c.vni, b, a)
             t = time.perf_counter()
-            builds = parts.all("build", each=lambda i: (self.scen, self.labs[i], self.part.nodes(i), tunnels[i]))
+            kind = "up" if self.keep else "run"
+            builds = parts.all("build", each=lambda i: (self.scen, self.labs[i], self.part.nodes(i), tunnels[i],
+                                                        kind))
             self.build_s = time.perf_counter() - t
             for b in builds:
                 self.warnings += [w for w in b["warnings"] if w not in self.warnings]
@@ -277,6 +283,28 @@ class ClusterLab:
                 "partition": {n: used[m].name for n, m in part.of.items()},
                 "cut_links": [dict(c.as_dict(), a_machine=used[c.a_machine].name, b_machine=used[c.b_machine].name)
                               for c in part.cut]}
+
+
+def down(name: str, address: str, log: Callable[[str], None] = lambda s: None) -> int:
+    """Tear down a lab made by ``testbed up --cluster``: every part's actor closes its part and ends. Returns how
+    many parts there were."""
+    ray = connect(address)
+    from ray.exceptions import RayError
+    n = 0
+    for i in range(64):
+        try:
+            actor = ray.get_actor(f"ftb-{name}m{i}")
+        except ValueError:
+            break
+        try:
+            ray.get(actor.close.remote(), timeout=CLOSE_TIMEOUT_S)
+        except RayError as e:
+            log(f"warning: part {name}m{i}: {_line(e)}; `testbed clean` on its machine removes it")
+        ray.kill(actor)
+        n += 1
+    if not n:
+        raise ClusterError(f"no lab '{name}' on the cluster at {address} (`testbed up --cluster` makes one)")
+    return n
 
 
 def run(scen, address: str, out: str | Path | None = None, source: str = "",
@@ -381,4 +409,4 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
     return outdir, row
 
 
-__all__ = ["ClusterError", "ClusterLab", "PartFailed", "run", "unsupported"]
+__all__ = ["ClusterError", "ClusterLab", "PartFailed", "down", "run", "unsupported"]
