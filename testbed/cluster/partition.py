@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from . import ClusterError
 
 VXLAN_OVERHEAD = 50          # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 bytes
-VNI_BASE = 4096              # VNIs of cut links: VNI_BASE + the link's number among the cut
+VNI_BASE = 4096              # VNIs of cut links: a base (a multiple of this) + the link's number among the cut
 
 
 class PlacementError(ClusterError):
@@ -119,8 +119,9 @@ def _blocks(n: int, parts: int) -> list[int]:
     return [i * parts // n for i in range(n)]
 
 
-def partition(topo, spec) -> Partition:
-    """Place every node of ``topo`` on one of ``spec.partitions`` machines (spec: scenario.PlacementSpec)."""
+def partition(topo, spec, vni_base: int = VNI_BASE) -> Partition:
+    """Place every node of ``topo`` on one of ``spec.partitions`` machines (spec: scenario.PlacementSpec); cut
+    link n gets VNI ``vni_base + n``."""
     parts = spec.partitions
     us = units(topo)
     of: dict[str, int] = {}
@@ -177,7 +178,7 @@ def partition(topo, spec) -> Partition:
     for ln in topo.links:
         ma, mb = of[ln.a.node], of[ln.b.node]
         if ma != mb:
-            cut.append(CutLink(VNI_BASE + len(cut), ln.a.node, ln.a.ifname, ln.a.ifindex, ma, ln.b.node,
+            cut.append(CutLink(vni_base + len(cut), ln.a.node, ln.a.ifname, ln.a.ifindex, ma, ln.b.node,
                                ln.b.ifname, ln.b.ifindex, mb, ln.rate_bps))
     return Partition(parts, {n: of[n] for n in topo.nodes}, cut, spec.strategy)
 

@@ -19,7 +19,7 @@ from typing import Callable
 
 from ..errors import HelperFailed
 from . import ClusterError, Machine, connect, machines, pin
-from .partition import PlacementError, check_underlay, partition
+from .partition import VNI_BASE, PlacementError, check_underlay, partition
 
 CLOSE_TIMEOUT_S = 60.0
 
@@ -219,7 +219,9 @@ class ClusterLab:
             raise PlacementError(f"placement.partitions: {self.spec.partitions} machines, but the cluster has "
                                  f"{len(ms)} ({', '.join(m.name for m in ms) or 'none'})")
         self.topo = topology.build(scen.topology)
-        self.part = partition(self.topo, self.spec)
+        # a VNI base of its own per fabric: a torn-down lab's VXLAN devices live on until the kernel has destroyed
+        # its namespaces, and a new device with the same VNI on the same underlay is refused (EEXIST)
+        self.part = partition(self.topo, self.spec, VNI_BASE * (1 + secrets.randbelow(4094)))
         self.used = ms[:self.spec.partitions]
         base = name or "c" + secrets.token_hex(2)  # a run's part: c<4 hex>m<i> ("ftb-<lab>-pfc" ≤ 15 characters)
         self.name, self.keep = base, name is not None
