@@ -3,6 +3,7 @@
 #   mininet, bridge-utils  the Mininet baseline test (tests/test_bench_smoke.py; LinuxBridge runs brctl)
 #   chromium               headless rendering of report.html (tests/test_report_html.py)
 #   docker.io + docker SDK container hosts (tests/test_docker_e2e.py), through scripts/docker-setup.sh
+#   ray, pymetis           the `cluster` extra (pip): the local Ray cluster's tests (tests/test_cluster_*.py)
 # Fast when done: dpkg status first, apt-get only for what is missing.
 set -euo pipefail
 
@@ -10,4 +11,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . scripts/lib.sh
 ensure_packages mininet bridge-utils chromium
 bash scripts/docker-setup.sh
-echo "test-setup: ok (mininet, bridge-utils, chromium, docker)"
+VENV="${FTB_VENV:-.venv}"
+if ! "$VENV/bin/python" -c 'import ray, pymetis' 2>/dev/null; then
+    echo "test-setup: pip install -e '.[cluster]' (Ray, pymetis)"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore "$VENV/bin/python" -m pip install -q -e '.[cluster]'
+fi
+echo "test-setup: ok (mininet, bridge-utils, chromium, docker, ray, pymetis)"

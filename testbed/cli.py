@@ -36,9 +36,10 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from .runner import RunFailed
     from .sweep import SweepError
     from .workloads import WorkloadError
+    from .cluster import ClusterError
     return (scenario_mod.ScenarioError, LabError, FabricError, DatapathError, WorkloadError, CaptureError,
-            MissingFeature, ReportError, NetnsError, RunFailed, SweepError, HelperFailed, DockerError, FileExistsError,
-            PermissionError, ValueError, OSError)
+            MissingFeature, ReportError, NetnsError, RunFailed, SweepError, HelperFailed, DockerError, ClusterError,
+            FileExistsError, PermissionError, ValueError, OSError)
 
 
 class Terminated(BaseException):
@@ -82,6 +83,9 @@ def _pick_lab(name: str | None) -> str:
 
 set_option = click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE",
                           help="Override any scenario key, e.g. --set switch.load_balancing=spray (repeatable).")
+cluster_option = click.option("--cluster", metavar="ADDRESS",
+                              help="A Ray cluster (HOST:PORT of its head), or `auto`: the RAY_ADDRESS environment or "
+                                   "the running local cluster (`testbed cluster up --local N`).")
 metrics_option = click.option("--metrics", metavar="HOST:PORT",
                               help="Serve live Prometheus metrics there while the lab lives, e.g. 127.0.0.1:9464.")
 
@@ -97,14 +101,26 @@ def cli():
 @click.option("--out", type=click.Path(file_okay=False), help="Result directory (default results/<run-id>).")
 @set_option
 @metrics_option
-def run(scenario, out, sets, metrics):
-    """Build the fabric, run the scenario's traffic, sample telemetry, tear down, write CSVs."""
+@cluster_option
+def run(scenario, out, sets, metrics, cluster):
+    """Build the fabric, run the scenario's traffic, sample telemetry, tear down, write CSVs. With --cluster the
+    fabric is split over the Ray cluster's machines as the scenario's `placement` says."""
     scen = _load(scenario, sets)
-    _need_root("run")
     from . import runner
     from .report import write_report
+    if cluster and metrics:
+        raise UserError("--metrics serves one machine's lab; it is not available with --cluster yet")
+    if scen.placement is not None and scen.placement.partitions > 1 and not cluster:
+        raise UserError(f"{scenario}: placement.partitions {scen.placement.partitions} splits the fabric over "
+                        f"machines: give --cluster ADDRESS (or auto)")
+    if not cluster:
+        _need_root("run")
     try:
-        outdir, row = runner.run(scen, out, source=scenario, log=_echo, metrics=metrics)
+        if cluster:
+            from .cluster.run import run as cluster_run
+            outdir, row = cluster_run(scen, cluster, out, source=scenario, log=_echo)
+        else:
+            outdir, row = runner.run(scen, out, source=scenario, log=_echo, metrics=metrics)
     except runner.RunFailed as e:
         if e.outdir is not None:
             write_report(e.outdir)             # the report of what was collected, then the one-line error
@@ -122,10 +138,24 @@ def run(scenario, out, sets, metrics):
 @click.option("--name", help="Lab name (lowercase letters/digits, ≤12; default from the scenario).")
 @set_option
 @metrics_option
-def up(scenario, name, sets, metrics):
-    """Build a lab and leave it running (containerlab style); `testbed down` removes it."""
+@cluster_option
+def up(scenario, name, sets, metrics, cluster):
+    """Build a lab and leave it running (containerlab style); `testbed down` removes it. With --cluster the fabric
+    is split over the Ray cluster's machines as `placement` says (its parts are labs NAMEm0, NAMEm1, …)."""
     from .lab import Lab, reap_stale
     scen = _load(scenario, sets)
+    if cluster:
+        if metrics:
+            raise UserError("--metrics serves one machine's lab; it is not available with --cluster yet")
+        from .cluster.run import ClusterLab
+        name = name or (re.sub(r"[^a-z0-9]", "", scen.name.lower())[:8] or "lab")
+        if len(name) > 10:
+            raise UserError(f"--name {name!r}: with --cluster at most 10 characters (parts are {name}m0, …)")
+        cl = ClusterLab(scen, cluster, log=_echo, name=name).__enter__()
+        click.echo(f"lab '{name}' is up over {len(cl.used)} machine(s): parts "
+                   + ", ".join(f"{lab} on {m.name}" for lab, m in zip(cl.labs, cl.used))
+                   + f"; `testbed down {name} --cluster {cluster}` removes it")
+        return
     _need_root("up")
     name = name or (re.sub(r"[^a-z0-9]", "", scen.name.lower())[:12] or "lab")
     reap_stale()
@@ -144,9 +174,17 @@ def up(scenario, name, sets, metrics):
 
 @cli.command()
 @click.argument("name", required=False)
-def down(name):
-    """Remove a lab made by `testbed up`."""
+@cluster_option
+def down(name, cluster):
+    """Remove a lab made by `testbed up` (with --cluster: `testbed up --cluster`, every machine's part)."""
     from .lab import remove
+    if cluster:
+        if not name:
+            raise UserError("testbed down --cluster needs the lab's NAME")
+        from .cluster.run import down as cluster_down
+        n = cluster_down(name, cluster, log=_echo)
+        click.echo(f"lab '{name}' removed ({n} part(s))")
+        return
     _need_root("down")
     name = _pick_lab(name)
     n = remove(name)
@@ -235,9 +273,11 @@ def exec_(lab_name, node, cmd):
 @click.option("--resume", is_flag=True, help="Continue an interrupted sweep in --out: skip its completed runs.")
 @click.option("--include-flagged", is_flag=True,
               help="Keep cpu_bound runs in comparison.csv's means (excluded by default).")
+@cluster_option
 @set_option
-def sweep(scenario, varies, seeds, out, resume, include_flagged, sets):
-    """Run a scenario for every combination of --vary values (× --seeds); write sweep.csv and comparison.csv."""
+def sweep(scenario, varies, seeds, out, resume, include_flagged, cluster, sets):
+    """Run a scenario for every combination of --vary values (× --seeds); write sweep.csv and comparison.csv.
+    With --cluster, each run goes to a free machine of the Ray cluster and its directory comes back here."""
     import datetime as dt
 
     from rich.console import Console
@@ -247,10 +287,19 @@ def sweep(scenario, varies, seeds, out, resume, include_flagged, sets):
     if resume and not out:
         raise UserError("--resume needs --out: the directory of the sweep to continue")
     runs = sweep_mod.plan(scenario, sets, varies, seeds)          # every scenario validated before root/build
-    _need_root("sweep")
+    pool = None
+    if cluster:
+        if any(r.scen.placement is not None for r in runs):
+            raise UserError(f"{scenario}: placement splits one run over several machines; a sweep with --cluster "
+                            f"runs each run whole on one machine (drop placement, or run it with `testbed run "
+                            f"--cluster`)")
+        from .cluster.sweep import ClusterPool
+        pool = ClusterPool(cluster)
+    else:
+        _need_root("sweep")
     outdir = Path(out) if out else runner.RESULTS_DIR / f"sweep-{dt.datetime.now():%Y%m%d-%H%M%S}"
     res = sweep_mod.execute(scenario, sets, varies, seeds, outdir, runs=runs, resume=resume,
-                            include_flagged=include_flagged, console=Console(stderr=True))
+                            include_flagged=include_flagged, console=Console(stderr=True), pool=pool)
     click.echo(sweep_mod.render(res))
     click.echo(f"results: {outdir / 'sweep.csv'}, {outdir / 'comparison.csv'}")
     flagged = int(res.comparison["flagged_runs"].sum()) if len(res.comparison) else 0
@@ -356,7 +405,7 @@ def clean():
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["build", "pps", "roce", "reroute", "select", "docker", "all"]),
+@click.argument("what", type=click.Choice(["build", "pps", "roce", "reroute", "select", "docker", "cluster", "all"]),
                 default="all")
 @click.option("--sizes", default=None,
               help="Build benchmark sizes: leaf-spine host counts, or ft<k> for a fat-tree (e.g. 16,128,ft16) "
@@ -377,6 +426,11 @@ def bench(what, sizes, seconds, rounds, vs, mininet_timeout):
     if mininet_timeout is not None and not vs:
         raise UserError("--mininet-timeout needs --vs mininet")
     from . import bench as b
+    if what == "cluster":
+        _need_root("bench")
+        from .bench.cluster import print_cluster
+        print_cluster(seconds, rounds)
+        return
     if what == "select":
         _need_root("bench")
         from .bench.select import print_select
@@ -451,6 +505,79 @@ def image_status():
     from .container import image as image_mod
     _need_root("image status")
     click.echo(json.dumps(image_mod.status(log=_echo), indent=2))
+
+
+@cli.group()
+def cluster():
+    """A Ray cluster for sweeps and fabrics over several machines; `--local N` makes one on this machine."""
+
+
+@cluster.command(name="up")
+@click.option("--local", "local_n", type=click.IntRange(min=1, max=32), required=True, metavar="N",
+              help="Start N machines on this one: network namespaces ftb-m0… joined by an underlay.")
+@click.option("--underlay-rate", default="1gbit", show_default=True,
+              help="Rate of each machine's underlay link (units: bit kbit mbit gbit).")
+def cluster_up(local_n, underlay_rate):
+    """Start a local N-machine Ray cluster (each machine its own namespace, Ray bound to its underlay address)."""
+    from . import units
+    from .cluster import ensure_installed, local
+    try:
+        rate = units.rate_bps(underlay_rate)
+    except ValueError as e:
+        raise UserError(f"--underlay-rate {underlay_rate!r}: {e}") from None
+    _need_root("cluster up")
+    ensure_installed(_echo)
+    st = local.up(local_n, rate, log=_echo)
+    click.echo(f"cluster: {local_n} machine(s) up; address {st['address']} (`--cluster auto` finds it)")
+
+
+@cluster.command(name="down")
+def cluster_down():
+    """Remove the local cluster: its Ray processes, machines (namespaces), underlay and the labs of its actors."""
+    from .cluster import local
+    _need_root("cluster down")
+    if local.read_state() is None and not any(local.netns.is_machine(n) for n in local.netns.list_names()):
+        click.echo("no local cluster is up")
+        return
+    res = local.down(log=_echo)
+    click.echo(f"cluster: removed {res['machines']} machine(s), {res['processes']} process(es), "
+               f"{res['labs']} lab(s)")
+
+
+@cluster.command(name="status")
+@cluster_option
+def cluster_status(cluster):
+    """The cluster's nodes (machine, address, alive, CPUs); the local cluster's namespaces and processes."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .cluster import MACHINE_RESOURCE, connect, installed, local
+    rows = local.status()
+    address = cluster or ("auto" if rows or os.environ.get("RAY_ADDRESS") else None)
+    if address is None:
+        click.echo("no local cluster is up (`testbed cluster up --local 2`), and no --cluster given")
+        return
+    if rows:
+        t = Table(title="local cluster")
+        for col in ("machine", "namespace", "underlay address", "processes"):
+            t.add_column(col)
+        for r in rows:
+            t.add_row(r["name"], r["namespace"] if r["namespace_up"] else f"{r['namespace']} (gone)",
+                      r["address"], str(r["processes"]))
+        Console().print(t)
+    if not installed():
+        raise UserError("Ray is not installed (`testbed cluster up --local N` installs it)")
+    ray = connect(address)
+    names = local.names_by_address()
+    t = Table(title=f"Ray nodes ({address})")
+    for col in ("node", "address", "alive", "CPUs", MACHINE_RESOURCE):
+        t.add_column(col)
+    for n in sorted(ray.nodes(), key=lambda n: n["NodeManagerAddress"]):
+        res = n.get("Resources", {})
+        addr = n["NodeManagerAddress"]
+        t.add_row(names.get(addr, "driver" if addr == local.DRIVER_ADDRESS else "-"), addr,
+                  "yes" if n.get("Alive") else "DEAD", f"{res.get('CPU', 0):g}", f"{res.get(MACHINE_RESOURCE, 0):g}")
+    Console().print(t)
 
 
 @cli.group()

@@ -68,6 +68,10 @@ _SPEC: dict[str, tuple[str, str, str]] = {
     "bcc": ("BCC compile of a tc program", "eBPF switching (BCC)", "setup"),
     "tshark": ("tshark", "capture decoding (RoCEv2 dissector)", "setup"),
     "tcpdump": ("tcpdump", "packet captures", "setup"),
+    "ray": ("Ray (the cluster extra)", "sweeps and fabrics over several machines (testbed cluster, --cluster)",
+            "installed on first use of `testbed cluster` or by scripts/test-setup.sh (pip install '.[cluster]')"),
+    "pymetis": ("pymetis (the cluster extra)", "placement strategy auto (METIS partitioning)",
+                "installed on first use of `testbed cluster` or by scripts/test-setup.sh (pip install '.[cluster]')"),
     "perftest": ("perftest (ib_write_bw)", "RoCE with Soft-RoCE (rxe) benchmarks",
                  "install it: apt-get install perftest (and run in the VM for rxe)"),
     "docker-sdk": ("the docker Python SDK", "container hosts (hosts.docker, testbed image)",
@@ -310,6 +314,18 @@ def _probe_tool(name: str, exe: str) -> Capability:
     return _cap(name, bool(p), p if p else f"{exe} not found on PATH")
 
 
+def _probe_module(name: str, module: str) -> Capability:
+    """A Python package importable here (found without importing it: Ray takes a second to import)."""
+    import importlib.metadata as md
+    import importlib.util
+    if importlib.util.find_spec(module) is None:
+        return _cap(name, False, f"Python module {module} not installed")
+    try:
+        return _cap(name, True, f"{module} {md.version(module)}")
+    except md.PackageNotFoundError:
+        return _cap(name, True, f"{module} (version unknown)")
+
+
 def _probe_bcc() -> Capability:
     try:
         from testbed.datapath.kheaders import compile_probe  # type: ignore[import-not-found]
@@ -497,6 +513,8 @@ def _probe(with_bcc: bool, with_docker: bool) -> list[Capability]:
     run(["perftest"], lambda: _probe_tool("perftest", "ib_write_bw"))
     if with_docker:
         run(["docker-sdk", "docker"], _probe_docker)
+    run(["ray"], lambda: _probe_module("ray", "ray"))
+    run(["pymetis"], lambda: _probe_module("pymetis", "pymetis"))
     return [found[n] for n in _SPEC if n in found]
 
 

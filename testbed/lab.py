@@ -92,13 +92,23 @@ def _end_helpers(st: dict) -> None:
                 os.kill(h["pid"], signal.SIGTERM)
 
 
+def _kill_inside(names: list[str]) -> None:
+    """SIGKILL every process still inside these namespaces (traffic agents of a run whose owner was killed: they
+    would keep the deleted namespaces and their interfaces alive)."""
+    for pid in netns.pids_in(names):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def remove(name: str) -> int:
-    """Remove a lab: its helper processes, its namespaces (and so everything in them), its containers and its
-    state file (kept when the containers could not be removed, so that it can be tried again)."""
+    """Remove a lab: its helper processes, the processes left inside its namespaces, its namespaces (and so
+    everything in them), its containers and its state file (kept when the containers could not be removed,
+    so that it can be tried again)."""
     st = read_state(name)
     if st:
         _end_helpers(st)
     names = namespaces_of(name)
+    _kill_inside(names)
     netns.delete(names)
     if st and st.get("containers"):
         from .container.hosts import remove_lab
@@ -126,8 +136,8 @@ def reap_stale() -> list[str]:
 def clean_all() -> tuple[int, int, int | None]:
     """Every lab, namespace and container of this tool except those of ``testbed run`` processes still running
     (they are not leftovers and remove themselves): crashed runs, `up` labs, stray namespaces and containers
-    without a state file. Returns (labs, stray namespaces, stray containers — None when Docker is not there to
-    ask)."""
+    without a state file; never the local cluster's machines (``ftb-m<i>``: ``testbed cluster down`` removes
+    them). Returns (labs, stray namespaces, stray containers — None when Docker is not there to ask)."""
     from .container.engine import DockerError
     from .container.hosts import remove_leftovers
     live = {st["name"] for st in all_labs() if st.get("kind") == "run" and _alive(st.get("pid"))}
@@ -138,8 +148,9 @@ def clean_all() -> tuple[int, int, int | None]:
             remove(st["name"])
         except DockerError as e:               # the others are still removed; then one line says what is left
             failed.append(f"lab {st['name']}: {e}")
-    leftovers = [n for n in netns.list_names()
-                 if not any(n.startswith(f"{netns.PREFIX}{name}-") for name in live)]
+    leftovers = [n for n in netns.list_names() if not netns.is_machine(n)
+                 and not any(n.startswith(f"{netns.PREFIX}{name}-") for name in live)]
+    _kill_inside(leftovers)
     netns.delete(leftovers)
     if failed:
         raise DockerError(f"{failed[0]}" + (f" (and {len(failed) - 1} more lab(s))" if len(failed) > 1 else "")
@@ -151,15 +162,19 @@ class Lab:
     """Context manager: build on enter; tear down on exit unless ``keep`` (``testbed up``)."""
 
     def __init__(self, scen: Scenario, name: str, kind: str = "run", keep: bool = False, source: str = "",
-                 metrics: str | None = None, log: Callable[[str], None] = lambda s: None):
+                 metrics: str | None = None, log: Callable[[str], None] = lambda s: None, nodes=None,
+                 tunnels: dict | None = None):
         """``metrics``: HOST:PORT to serve live Prometheus metrics on while the lab lives (telemetry/live.py).
-        ``log``: progress lines (installing or starting Docker, building the host image)."""
+        ``log``: progress lines (installing or starting Docker, building the host image). ``nodes``: build only
+        these nodes — one machine's part of a fabric over several (testbed/cluster/); its ports whose link
+        leaves the part are ``tunnels`` (ifindex → fabric.Tunnel)."""
         self.scen, self.name, self.kind, self.keep, self.source = scen, check_name(name), kind, keep, source
         self.metrics = metrics
-        self.topo = topology.build(scen.topology)
-        self.ports = port_configs(self.topo, scen.switch, scen.hosts.pfc,  # every port's egress, built once
+        whole = topology.build(scen.topology)
+        self.ports = port_configs(whole, scen.switch, scen.hosts.pfc,  # every port's egress, built once
                                   scen.fabric_mtu)
-        self.fabric = Fabric(self.topo, name, self.ports)
+        self.topo = whole if nodes is None else whole.restrict(nodes)
+        self.fabric = Fabric(self.topo, name, self.ports, tunnels)
         self.datapath = None
         self.pfc = None                        # the PFC agent (control/pfc.py) when a tier has PFC on
         self.pfc_results: dict = {}

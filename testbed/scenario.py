@@ -863,6 +863,28 @@ class TelemetrySpec(Strict):
     int: IntSpec = IntSpec()
 
 
+class PlacementSpec(Strict):
+    """One fabric split over the machines of a Ray cluster (``testbed run|up --cluster``; testbed/cluster/):
+    ``partitions`` machines, chosen by ``strategy`` — ``auto`` (METIS: links weighted by rate, nodes by expected
+    load, every leaf kept with its hosts), ``by-leaf`` (whole leaf groups) or ``manual`` (``assign``: node →
+    machine index 0..partitions−1; a host left out follows its leaf)."""
+    partitions: int = Field(2, ge=1, le=64)
+    strategy: Literal["auto", "by-leaf", "manual"] = "auto"
+    assign: dict[NodeName, Annotated[int, Field(ge=0)]] = {}
+
+    @model_validator(mode="after")
+    def _assign_with_manual(self):
+        if self.strategy == "manual" and not self.assign:
+            raise ValueError("@placement.assign: strategy manual needs assign: {node: machine index, …}")
+        if self.strategy != "manual" and self.assign:
+            raise ValueError(f"@placement.assign: only with strategy: manual (strategy is {self.strategy})")
+        for n, m in self.assign.items():
+            if m >= self.partitions:
+                raise ValueError(f"@placement.assign.{n}: machine {m} out of range: partitions is {self.partitions} "
+                                 f"(machines 0..{self.partitions - 1})")
+        return self
+
+
 class Scenario(Strict):
     name: str = Field("scenario", pattern=r"^[A-Za-z0-9_.-]{1,40}$")
     # a fabric architecture's defaults merged under the scenario before validation (testbed/profiles.py)
@@ -878,6 +900,7 @@ class Scenario(Strict):
     failures: list[FailureSpec] = []
     # the scenario is in real units, emulated N times slower (testbed/dilation.py); auto: N from the CPU budget
     time_dilation: Union[Annotated[int, Field(ge=1, le=1_000_000)], Literal["auto"], None] = None
+    placement: Optional[PlacementSpec] = None    # one fabric over several machines (with --cluster)
     _profile_keys: tuple[str, ...] = PrivateAttr(default=())
     _dilation: int = PrivateAttr(default=1)
     _real_doc: Optional[dict] = PrivateAttr(default=None)
@@ -917,6 +940,8 @@ class Scenario(Strict):
             where += [(f"traffic.jobs.{i}.hosts", n) for n in job.hosts or []]
         if self.hosts.docker is not None:
             where += [("hosts.docker.per_host", n) for n in self.hosts.docker.per_host]
+        if self.placement is not None:
+            where += [(f"placement.assign.{n}", n) for n in self.placement.assign]
         if self.traffic.replay is not None:
             from .workloads.replay import check, read
             check(read(self.traffic.replay), {n for n in names if n.startswith("h")},

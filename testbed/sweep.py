@@ -227,10 +227,12 @@ def _eta(durations: list[float], remaining: int) -> str:
 
 def execute(path: str, sets: Sequence[str], varies: Sequence[str], seeds: int | None, outdir: Path, *,
             runs: list[PlannedRun] | None = None, resume: bool = False, include_flagged: bool = False,
-            console=None, run_fn: Callable | None = None) -> Outcome:
+            console=None, run_fn: Callable | None = None, pool=None) -> Outcome:
     """Run the sweep (plan → skip complete runs when resuming → run the rest) and write sweep.json, sweep.csv,
     sweep.png and comparison.csv. ``runs``: the plan, if already made; ``console``: a rich Console for the progress
-    bar and the runs' log lines; ``run_fn``: runner.run's signature (the default)."""
+    bar and the runs' log lines; ``run_fn``: runner.run's signature (the default); ``pool``: runs them elsewhere
+    instead, several at once (cluster/sweep.py ClusterPool: ``run_all(todo, outdir, source, log, record,
+    check)``)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -283,17 +285,33 @@ def execute(path: str, sets: Sequence[str], varies: Sequence[str], seeds: int | 
         with _Interrupts() as interrupts, Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task("sweep", total=len(runs), completed=len(rows),
                                      eta="?" if todo else "0:00:00", current="")
-            for n, r in enumerate(todo):
+
+            def record(r: PlannedRun, status: str, error: str | None = None, extra: dict | None = None) -> None:
+                d = outdir / r.name
+                rows[r.index] = dict(run_row(r, d, status, error), **(extra or {}))
+                durations.append(time.monotonic() - started.pop(r.index, time.monotonic()))
+                progress.update(task, advance=1, eta=_eta(durations, len(runs) - len(rows)))
+
+            started: dict[int, float] = {}
+            for r in todo:
                 d = outdir / r.name
                 if d.exists():                          # an interrupted or failed attempt: start it afresh
                     log(f"resume: re-running {r.name} (its last attempt {run_state(d, r)}); removing it first")
                     shutil.rmtree(d)
+            if pool is not None:
+                def begin(r: PlannedRun, where: str) -> None:
+                    started.setdefault(r.index, time.monotonic())
+                    log(f"[{r.index + 1}/{len(runs)}] {r.label} on {where}")
+                    progress.update(task, current=r.label)
+                pool.run_all(todo, outdir, path, log, begin, record, interrupts.check)
+            for r in todo if pool is None else ():
+                d = outdir / r.name
                 log(f"[{r.index + 1}/{len(runs)}] {r.label}")
                 progress.update(task, current=r.label)
-                t0 = time.monotonic()
+                started[r.index] = time.monotonic()
                 try:
                     run_fn(r.scen, d, source=path, log=log)
-                    rows[r.index] = run_row(r, d, OK)
+                    record(r, OK)
                 except Exception as e:                  # noqa: BLE001 — recorded in sweep.csv; the sweep goes on
                     # an error on the way out of an interrupted run (its teardown raced the interrupt) is the
                     # interrupt: the run is not a failure, and --resume runs it again
@@ -302,9 +320,7 @@ def execute(path: str, sets: Sequence[str], varies: Sequence[str], seeds: int | 
                     log(f"error: run {r.name} failed: {msg}")
                     if os.environ.get("FTB_DEBUG") == "1":
                         log(traceback.format_exc())
-                    rows[r.index] = run_row(r, d, FAILED, msg)
-                durations.append(time.monotonic() - t0)
-                progress.update(task, advance=1, eta=_eta(durations, len(todo) - n - 1))
+                    record(r, FAILED, msg)
                 interrupts.check()
             progress.update(task, current="")
     except BaseException as e:                         # Ctrl-C / SIGTERM: the current run is already torn down

@@ -9,6 +9,7 @@ with SIGTERM (``stop``: returns what it measured, or raises its one-line failure
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import select
@@ -33,6 +34,19 @@ def wait_readable(fds: list[int], timeout_s: float) -> list[int]:
     return [fd for fd, _ in p.poll(timeout_s * 1000)]
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this helper when the process (the thread) that forked it dies. A helper inherits its parent's
+    descriptors; a Ray actor killed while its part's PFC agent lived on was never seen dead by Ray, whose
+    sockets the agent still held (cluster/part.py). A `testbed up` lab's detached helpers are exempt."""
+    ppid = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != ppid:          # the parent died before the request took effect
+        os._exit(1)
+
+
 def child(body, wfd: int, name: str, detach: bool = False) -> None:
     """Run a helper's body in the forked child and leave with os._exit, never returning into the parent's
     code, whatever happens. A crash is written to the result pipe as {"crashed": "<one line>"} (and the
@@ -46,6 +60,8 @@ def child(body, wfd: int, name: str, detach: bool = False) -> None:
                 os.dup2(null, fd)
             os.close(null)
             set_process_name(name)
+            if not detach:
+                _die_with_parent()
             body()
         except BaseException as e:                            # noqa: BLE001 — reported through the pipe
             import traceback

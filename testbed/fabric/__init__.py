@@ -13,6 +13,7 @@ import os
 import socket
 import struct
 import time
+from dataclasses import dataclass
 
 from . import netns
 from .netlink import Batch, NetlinkError, dump_root_qdisc_stats
@@ -27,6 +28,16 @@ _ETHTOOL_OFF = (0x1f, 0x24, 0x2c, 0x19)
 
 class FabricError(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class Tunnel:
+    """A switch port whose link crosses to another machine (testbed/cluster/): a VXLAN device with the port's
+    name, ifindex and MAC, made in this machine's underlay namespace (the process's own) so its UDP socket stays
+    there, carrying ``vni`` between the two machines' underlay addresses."""
+    vni: int
+    local: str
+    remote: str
 
 
 def ns_name(lab: str, node: str) -> str:
@@ -51,12 +62,16 @@ def _offloads_off(ifnames: list[str]) -> None:
 
 
 class Fabric:
-    def __init__(self, topo: Topology, lab: str, ports: dict[int, PortConfig] | None = None):
-        """``ports``: every port's egress configuration (port.port_configs); default: a scenario's defaults."""
+    def __init__(self, topo: Topology, lab: str, ports: dict[int, PortConfig] | None = None,
+                 tunnels: dict[int, Tunnel] | None = None):
+        """``ports``: every port's egress configuration (port.port_configs); default: a scenario's defaults.
+        ``tunnels``: ifindex → Tunnel for the ports of ``topo`` whose link leaves this machine (one machine's
+        part of a fabric: ``topo`` is restricted to it, Topology.restrict)."""
         if ports is None:
             from ..scenario import SwitchSpec
             ports = port_configs(topo, SwitchSpec())
         self.topo, self.lab, self.ports = topo, lab, ports
+        self.tunnels = tunnels or {}
         self.ns = {node: ns_name(lab, node) for node in topo.nodes}
         self._socks: dict[str, socket.socket] = {}
         self.timings: dict[str, float] = {}
@@ -110,6 +125,9 @@ class Fabric:
             for fd in fds.values():
                 os.close(fd)
         t = self._phase("links", t)
+        if self.tunnels:
+            self._add_tunnels()
+            t = self._phase("tunnels", t)
 
         # up, shaping, addresses, neighbours, routes
         for node, ports in topo.ports.items():
@@ -138,6 +156,32 @@ class Fabric:
             hosts = {h: [p.ifname for p in topo.ports[h]] for h in topo.hosts}
             netns.run_many([self.ns[h] for h in hosts], lambda n: _offloads_off(hosts[n.rsplit("-", 1)[1]]))
         self._phase("offloads", t)
+
+    def _add_tunnels(self) -> None:
+        """The VXLAN ports of cut links, from this process's namespace (the underlay) into their switches';
+        GRO/GSO off on them like on host NICs, so the switch program sees the frames the peer port sent."""
+        sock = netns.netlink_socket_here()
+        b = Batch(sock, "underlay")
+        fds: dict[str, int] = {}
+        try:
+            for ifx, tun in self.tunnels.items():
+                p = self.topo.port(ifx)
+                if p.node not in fds:
+                    fds[p.node] = os.open(netns.path(self.ns[p.node]), os.O_RDONLY)
+                b.vxlan(p.ifname, ifx, p.mac, self.ports[ifx].mtu, tun.vni, tun.local, tun.remote, fds[p.node])
+            try:
+                b.commit()
+            except NetlinkError as e:
+                raise FabricError(str(e)) from None
+        finally:
+            sock.close()
+            for fd in fds.values():
+                os.close(fd)
+        by_node: dict[str, list[str]] = {}
+        for ifx in self.tunnels:
+            p = self.topo.port(ifx)
+            by_node.setdefault(p.node, []).append(p.ifname)
+        netns.run_many([self.ns[n] for n in by_node], lambda n: _offloads_off(by_node[n.split("-", 2)[2]]))
 
     def _shaper(self, bt: Batch, p) -> None:
         """The port's serialiser as its PortConfig says: a TBF root at the link rate, or HTB with one class per

@@ -205,6 +205,21 @@ class Batch:
 
     # ---- request builders (what the fabric needs, nothing more)
 
+    def vxlan(self, ifname: str, ifindex: int, mac: str, mtu: int, vni: int, local: str, remote: str,
+              ns_fd: int, port: int = 4789) -> None:
+        """A VXLAN device (one VNI, unicast to ``remote``, no learning) created from this batch's namespace — the
+        machine's underlay, where its UDP socket stays — and placed straight into the namespace of ``ns_fd``
+        with the given name, ifindex and MAC (a cut link's switch port, docs/architecture.md 3.11). pyroute2
+        encodes it: a fabric has few."""
+        msg = ifinfmsg()
+        msg["index"] = ifindex
+        data = [("IFLA_VXLAN_ID", vni), ("IFLA_VXLAN_LOCAL", local), ("IFLA_VXLAN_GROUP", remote),
+                ("IFLA_VXLAN_PORT", port), ("IFLA_VXLAN_LEARNING", 0)]
+        msg["attrs"] = [("IFLA_IFNAME", ifname), ("IFLA_ADDRESS", mac), ("IFLA_MTU", mtu), ("IFLA_NET_NS_FD", ns_fd),
+                        ("IFLA_LINKINFO", {"attrs": [("IFLA_INFO_KIND", "vxlan"),
+                                                     ("IFLA_INFO_DATA", {"attrs": data})]})]
+        self.add(msg, RTM_NEWLINK, CREATE, f"vxlan {ifname} (VNI {vni} to {remote})")
+
     def veth(self, ifname: str, ifindex: int, mac: str, mtu: int, peer_ifname: str, peer_ifindex: int,
              peer_mac: str, peer_ns_fd: int, gso_max_segs: int | None = None) -> None:
         """A veth pair, the peer created straight in the namespace of ``peer_ns_fd``. Encoded by hand with

@@ -23,6 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, TypeVar
 
 PREFIX = "ftb-"
+#: The local cluster's machines (testbed/cluster/local.py): ``ftb-m0``, ``ftb-m1`` … — no second dash, so never
+#: a lab's ``ftb-<lab>-<node>``; they belong to the cluster, and only ``testbed cluster down`` removes them.
+MACHINE_PREFIX = PREFIX + "m"
 NETNS_DIR = "/run/netns"
 STATE_DIR = "/run/fabric-testbed"
 _ANCHOR = os.path.join(STATE_DIR, "netns-anchor")     # outside NETNS_DIR so `ip netns list` never shows it
@@ -61,6 +64,37 @@ def list_names(prefix: str = PREFIX) -> list[str]:
         return sorted(n for n in os.listdir(NETNS_DIR) if n.startswith(prefix))
     except FileNotFoundError:
         return []
+
+
+def is_machine(name: str) -> bool:
+    """A local cluster machine's namespace (``ftb-m<i>``), not a lab's."""
+    rest = name[len(MACHINE_PREFIX):]
+    return name.startswith(MACHINE_PREFIX) and rest.isdigit()
+
+
+def pids_in(names: Iterable[str]) -> list[int]:
+    """Processes whose network namespace is one of ``names``: what would keep a deleted namespace (and its
+    interfaces, VXLAN devices included) alive — e.g. the traffic agents of a run whose owner was killed."""
+    inodes = set()
+    for n in names:
+        try:
+            st = os.stat(path(n))
+            inodes.add((st.st_dev, st.st_ino))
+        except FileNotFoundError:
+            continue
+    out = []
+    if not inodes:
+        return out
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            st = os.stat(f"/proc/{d}/ns/net")
+        except (FileNotFoundError, PermissionError, ProcessLookupError):
+            continue                       # gone meanwhile, or a kernel thread
+        if (st.st_dev, st.st_ino) in inodes:
+            out.append(int(d))
+    return out
 
 
 def _prepare_dir() -> None:
@@ -253,6 +287,11 @@ def _netlink_socket_here(rcvbuf: int = 4 << 20) -> socket.socket:
     return s
 
 
+def netlink_socket_here() -> socket.socket:
+    """A NETLINK_ROUTE socket in the calling thread's namespace (a cluster machine's underlay: fabric tunnels)."""
+    return _netlink_socket_here()
+
+
 def netlink_socket(name: str) -> socket.socket:
     """A NETLINK_ROUTE socket that lives in ``name`` (whatever thread uses it later)."""
     return run_in(name, _netlink_socket_here)
@@ -289,5 +328,6 @@ def raise_nofile(n: int = 1 << 16) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
-__all__ = ["PREFIX", "NetnsError", "adopt", "create", "delete", "enter", "exists", "list_names", "netlink_socket",
+__all__ = ["PREFIX", "MACHINE_PREFIX", "NetnsError", "adopt", "create", "delete", "enter", "exists", "is_machine",
+           "list_names", "netlink_socket", "pids_in",
            "path", "raise_nofile", "run_in", "run_many", "spawn", "write_sysctl", "errno"]

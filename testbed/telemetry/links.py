@@ -185,16 +185,22 @@ class LinkSampler:
 
     def model_error(self, min_backlog: int = 8192) -> dict:
         """Queue model vs the qdisc's real backlog over samples with a real queue: mean/p90/max relative error."""
-        errs = sorted(abs(m - r) / r for m, r in self.model_samples if r >= min_backlog)
-        if not errs:
-            return {"samples": 0, "mean": None, "p90": None, "max": None}
-        return {"samples": len(errs), "mean": sum(errs) / len(errs), "p90": errs[int(0.9 * (len(errs) - 1))],
-                "max": errs[-1]}
+        return model_error(self.model_samples, min_backlog)
 
     def health(self) -> dict:
         """What the manifest records about the sampler itself."""
         return {"samples": self.samples, "late_samples": self.late_samples, "failed_qdisc_dumps": self.failed_dumps,
                 "error": self.error}
+
+
+def model_error(samples, min_backlog: int = 8192) -> dict:
+    """Relative error of (model bytes, real backlog bytes) samples with a real queue: mean/p90/max (also for the
+    samples of several machines' samplers, merged)."""
+    errs = sorted(abs(m - r) / r for m, r in samples if r >= min_backlog)
+    if not errs:
+        return {"samples": 0, "mean": None, "p90": None, "max": None}
+    return {"samples": len(errs), "mean": sum(errs) / len(errs), "p90": errs[int(0.9 * (len(errs) - 1))],
+            "max": errs[-1]}
 
 
 def _shared_buffer(sw: str, size: int, dump, peaks: dict) -> dict:

@@ -142,5 +142,19 @@ class Topology:
     def leaf_of(self, host: str, rail: int = 0) -> str:
         return self.port_named(host, f"eth{rail}").peer_node
 
+    def restrict(self, nodes) -> "Topology":
+        """The part of this fabric one machine builds (testbed/cluster/): only ``nodes`` with their ports, host
+        routes and FIB entries, and only the links between two of them — a link to a node outside becomes a
+        VXLAN port of the same name, ifindex and MAC there. Switch ids stay the fabric's, and every port of
+        the whole fabric can still be looked up (``port``): the peer of a cut port lives on another machine."""
+        keep = set(nodes)
+        part = Topology(self.spec, {n: v for n, v in self.nodes.items() if n in keep},
+                        [ln for ln in self.links if ln.a.node in keep and ln.b.node in keep],
+                        {n: ps for n, ps in self.ports.items() if n in keep},
+                        [r for r in self.routes if r.node in keep], [r for r in self.rules if r.node in keep],
+                        [e for e in self.fib if e.switch in keep], dict(self.switch_ids))
+        part._by_ifindex = self._by_ifindex
+        return part
+
     def __post_init__(self):
         self._by_ifindex = {}

@@ -55,7 +55,8 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
         sndbuf_bytes: Optional[int] = DEFAULT_SNDBUF, start_margin_s: Optional[float] = None,
         info: Optional[dict] = None, origin: Optional[float] = None,
         check: Optional[Callable[[], None]] = None, on_t0: Optional[Callable[[float], None]] = None,
-        timeline_bin_s: Optional[float] = None, containers: Optional[dict] = None) -> list[FlowResult]:
+        timeline_bin_s: Optional[float] = None, containers: Optional[dict] = None,
+        agent_set: Callable = AgentSet) -> list[FlowResult]:
     """Run ``flows`` for at most ``duration_s`` (+ ``grace_s`` to drain), one agent per involved host, and return
     one FlowResult per flow, in the order given.
 
@@ -70,7 +71,9 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
     ``on_t0``: called with t0 once it is chosen, before the agents get their jobs (the failure scheduler's
     clock). ``timeline_bin_s``: receivers also record bytes per bin of this length and UDP sequence gaps;
     ``info["timelines"]`` gets them per flow id. ``containers``: host → its ``container.hosts.Container``
-    (hosts.docker): that host's agent runs inside the container.
+    (hosts.docker): that host's agent runs inside the container. ``agent_set``: AgentSet's interface over
+    (hosts, ns_of, containers) — the agents of a fabric over several machines run on their machines
+    (cluster/run.py RemoteAgents).
     """
     if not flows:
         return []
@@ -88,7 +91,7 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
         if deps is not None:                 # the gate sockets (gating.py): a fresh directory per run
             os.makedirs(gates_dir(), exist_ok=True)
             gates = stack.enter_context(tempfile.TemporaryDirectory(prefix="run-", dir=gates_dir()))
-        agents = stack.enter_context(AgentSet(hosts, ns_of, containers))
+        agents = stack.enter_context(agent_set(hosts, ns_of, containers))
         agents.wait_ready(hard_end, t_begin)
         # t0 shortly after now: every agent only has to parse its job and bind its sockets
         t0 = time.time() + (start_margin_s if start_margin_s is not None else 0.15 + 0.01 * len(hosts))

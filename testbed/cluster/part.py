@@ -1,0 +1,149 @@
+"""One machine's part of a fabric over several machines: the body of the Ray actor pinned to that machine.
+
+It is a ``Lab`` restricted to the machine's nodes (Topology.restrict) whose cut ports are VXLAN devices
+(fabric.Tunnel), with its own datapath load (its switches' port, FIB and QoS maps), its own PFC agent and link
+sampler, and the traffic agents of its hosts — the same code a single-machine run uses. The driver
+(cluster/run.py) calls it step by step; every step that fails raises with one line, and ``close`` always tears
+the part down (it is idempotent, and the driver calls it on every path). The actor runs several calls at once
+(``max_concurrency``): the driver can stop the agents or close the part while ``agents_collect`` waits.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import threading
+
+from ..fabric import Tunnel
+
+
+def underlay_of(address: str) -> tuple[str | None, int, int | None]:
+    """(interface, MTU, rate in bit/s or None) of the interface holding ``address`` in this namespace — the
+    machine's underlay. The rate: the local cluster's ``--underlay-rate``, else the NIC's link speed."""
+    from pyroute2 import IPRoute
+
+    from . import local
+    with IPRoute() as ipr:
+        for a in ipr.get_addr(family=2):
+            if a.get_attr("IFA_ADDRESS") == address:
+                link = ipr.get_links(a["index"])[0]
+                ifname, mtu = link.get_attr("IFLA_IFNAME"), link.get_attr("IFLA_MTU")
+                break
+        else:
+            return None, 1500, None
+    st = local.read_state()
+    if st and address in local.names_by_address():
+        return ifname, mtu, st["underlay_rate_bps"]
+    try:
+        speed = int(open(f"/sys/class/net/{ifname}/speed").read())
+    except (OSError, ValueError):
+        speed = -1
+    return ifname, mtu, speed * 1_000_000 if speed > 0 else None
+
+
+class Part:
+    """The actor's state: one lab part, its sampler and its traffic agents."""
+
+    def __init__(self):
+        self.lab = None
+        self.sampler = None
+        self.agents = None
+        self._lock = threading.Lock()
+
+    def probe(self) -> dict:
+        """Who and where this actor is: its node's address, underlay MTU and rate, pid."""
+        import ray
+        address = ray.util.get_node_ip_address()
+        ifname, mtu, rate = underlay_of(address)
+        return {"address": address, "interface": ifname, "mtu": mtu, "rate_bps": rate, "pid": os.getpid(),
+                "hostname": platform.node(), "root": os.geteuid() == 0}
+
+    def build(self, scen, lab_name: str, nodes: list[str], tunnels: dict[int, tuple[int, str, str]],
+              kind: str = "run") -> dict:
+        """Build this machine's part: a lab of kind ``run`` owned by this actor's process, or ``up`` (``testbed
+        up --cluster``: it stays until ``testbed down``, and ``testbed clean`` on the machine removes it)."""
+        from ..lab import Lab, reap_stale
+        reap_stale()
+        lab = Lab(scen, lab_name, kind=kind, keep=kind == "up", nodes=nodes,
+                  tunnels={ifx: Tunnel(vni, lo, rem) for ifx, (vni, lo, rem) in tunnels.items()})
+        with self._lock:
+            self.lab = lab
+        lab.__enter__()
+        return {"timings": dict(lab.fabric.timings), "warnings": list(lab.warnings),
+                "compile_s": lab.datapath.compile_seconds}
+
+    def start(self, origin: float) -> None:
+        """Start sampling the part's switches on the run's clock (time zero ``origin``, chosen by the driver)."""
+        from .. import telemetry
+        lab = self.lab
+        self.sampler = telemetry.LinkSampler(lab.topo, lab.datapath, lab.scen.telemetry.interval / 1e9, lab.fabric,
+                                             origin=origin, cpu=telemetry.CpuGuard(None, origin),
+                                             resync_classes=not lab.pfc_on)
+        self.sampler.start()
+
+    def check(self) -> None:
+        """Raise (one line) if a helper of this part died: the sampler, the PFC agent."""
+        if self.sampler is not None:
+            self.sampler.check()
+        if self.lab is not None:
+            self.lab.check()
+
+    # ---- traffic agents (workloads.agents.AgentSet, for this machine's hosts)
+
+    def agents_start(self, hosts: list[str]) -> None:
+        from ..workloads.agents import AgentSet
+        self.agents = AgentSet(hosts, self.lab.fabric.ns.__getitem__).__enter__()
+
+    def agents_ready(self, deadline: float, started: float) -> None:
+        self.agents.wait_ready(deadline, started)
+
+    def agents_jobs(self, jobs: dict[str, dict]) -> None:
+        self.agents.hand_jobs(jobs)
+
+    def agents_collect(self, deadline: float, timeout_s: float) -> dict:
+        return self.agents.collect(deadline, timeout_s, self.check)
+
+    def agents_close(self) -> list[str]:
+        """Kill and reap this machine's agents (always); returns the problems doing so."""
+        a, self.agents = self.agents, None
+        if a is None:
+            return []
+        a.__exit__(None, None, None)
+        return list(a.problems)
+
+    # ---- the end
+
+    def finish(self) -> dict:
+        """After the traffic: the last sample, per-flow paths and drop counters, then tear the part down;
+        everything the driver merges into the run's result directory."""
+        s, lab = self.sampler, self.lab
+        self.sampler = None
+        s.stop()
+        out = {"rows": s.rows, "model_samples": s.model_samples, "degradations": list(s.degradations),
+               "late_samples": s.late_samples, "health": s.health(), "cpu": s.cpu.result(), "error": s.error,
+               "flow_paths": lab.datapath.flow_paths(), "drops": lab.datapath.drop_counters(),
+               "resyncs": lab.datapath.resyncs, "timings": dict(lab.fabric.timings)}
+        self.close()
+        out.update(failures=list(lab.failures), pfc=lab.pfc_results or {}, teardown_s=lab.fabric.timings.get("teardown"))
+        return out
+
+    def close(self) -> None:
+        """Tear everything of this part down (agents, sampler, helpers, namespaces): on success, failure and
+        interruption alike; idempotent."""
+        self.agents_close()
+        sampler, self.sampler = self.sampler, None
+        if sampler is not None:
+            sampler.stop()
+        with self._lock:
+            lab = self.lab
+        if lab is not None:
+            lab.close(force=True)
+
+
+def cleanup(lab_name: str) -> int:
+    """Remove what a dead actor left of its part on this machine (run as a Ray task pinned to it): its helper
+    processes, agents and namespaces — VXLAN devices with them. Returns the namespaces removed."""
+    from ..lab import remove
+    return remove(lab_name)
+
+
+__all__ = ["Part", "cleanup", "underlay_of"]

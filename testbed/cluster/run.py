@@ -1,0 +1,415 @@
+"""The driver of one fabric over several machines (``testbed run --cluster``).
+
+Partition the topology (partition.py), pin one actor per machine (part.py), refuse an underlay that cannot carry
+the cut links (fabric MTU + 50 bytes of VXLAN) and warn when their rate exceeds it, build every part at once,
+run the traffic with each machine's own agents (workloads.run with ``RemoteAgents``: t0, jobs and results as in
+a local run), then merge every machine's link samples, per-flow paths, drop counters and PFC agent results into
+one result directory — the same files as a local run, plus the manifest's ``cluster`` section (nodes,
+partition, cut links). Every part is torn down on every path; an actor or machine that dies fails the run with
+one line naming it, the other machines tear their parts down, and a cleanup task removes what the dead actor
+left on its machine (if the machine still lives: else ``testbed clean`` there does).
+"""
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+from ..errors import HelperFailed
+from . import ClusterError, Machine, connect, machines, pin
+from .partition import VNI_BASE, PlacementError, check_underlay, partition
+
+CLOSE_TIMEOUT_S = 60.0
+
+
+class PartFailed(HelperFailed):
+    """A machine's part failed or its actor died; the message names the machine (one line)."""
+
+
+def unsupported(scen) -> str | None:
+    """What a fabric over several machines cannot do yet (None: nothing): the helpers that need every switch at
+    once (subnet manager, failure scheduler, WCMP controller, credits), gated flows (their gates are Unix
+    sockets), Soft-RoCE, INT export and captures."""
+    sw, tr = scen.switch, scen.traffic
+    checks = [(sw.routing == "sm", "switch.routing: sm (the subnet manager programs every switch at once)"),
+              (bool(scen.failures), "failures (the failure scheduler and link-state watcher see one machine)"),
+              (sw.load_balancing == "wcmp" and sw.wcmp.source != "static",
+               f"switch.wcmp.source: {sw.wcmp.source} (the WCMP controller reads every switch)"),
+              (sw.credit_on, "credit flow control (the credit meter reads every port's peer)"),
+              (tr.scheduled, "collectives and replays (their gates are Unix sockets on one machine)"),
+              (tr.engine == "rxe", "traffic.engine: rxe"),
+              (scen.telemetry.int.enabled, "telemetry.int"),
+              (bool(scen.capture), "capture"),
+              (scen.hosts.docker is not None, "hosts.docker (container hosts are started by one machine's Docker)")]
+    return next((what for bad, what in checks if bad), None)
+
+
+def _line(e: BaseException) -> str:
+    text = str(getattr(e, "cause", None) or e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+class Parts:
+    """The actors of one run, one per machine, and the calls to all of them (failures named by machine)."""
+
+    def __init__(self, ray, used: list[Machine], labs: list[str], detached: bool = False):
+        """``detached``: the actors outlive the driver (``testbed up --cluster``; ``testbed down`` ends them)."""
+        from .part import Part
+        self.ray, self.machines, self.labs = ray, used, labs
+        actor = ray.remote(Part)
+        extra = {"lifetime": "detached"} if detached else {}
+        self.actors = [actor.options(num_cpus=0, max_concurrency=8, max_restarts=0, name=f"ftb-{lab}", **extra,
+                                     **pin(m)).remote() for m, lab in zip(used, labs)]
+        self.dead: dict[int, str] = {}           # machine index → why its actor is gone
+
+    def name(self, i: int) -> str:
+        m = self.machines[i]
+        return f"machine {m.name} ({m.address})"
+
+    def get(self, i: int, ref, timeout: float | None = None):
+        """One actor call's result; a dead actor or a failed call raises PartFailed naming the machine."""
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+        try:
+            return self.ray.get(ref, timeout=timeout)
+        except RayTaskError as e:
+            raise PartFailed(f"{self.name(i)}: {_line(e)}") from None
+        except RayActorError as e:
+            why = f"its actor died ({type(e).__name__})"
+            self.dead[i] = why
+            raise PartFailed(f"{self.name(i)}: {why}") from None
+        except GetTimeoutError:
+            raise PartFailed(f"{self.name(i)}: no answer in {timeout:g} s") from None
+
+    def check_alive(self) -> None:
+        """Raise PartFailed when the GCS reports an actor dead. A call pending on an actor whose process was
+        SIGKILLed was not failed by Ray here (a driver waited on it forever), so the driver asks while it waits."""
+        from ray._private import state
+        for i, a in enumerate(self.actors):
+            if i in self.dead:
+                continue
+            info = state.actors(actor_id=a._actor_id.hex())
+            if info and info.get("State") == "DEAD":
+                cause = (info.get("DeathCause") or {}).get("actorDiedErrorContext", {}).get("errorMessage", "")
+                why = f"its actor died{f' ({cause.strip().splitlines()[0][:120]})' if cause.strip() else ''}"
+                self.dead[i] = why
+                raise PartFailed(f"{self.name(i)}: {why}")
+
+    def all(self, method: str, *args, each: Callable[[int], tuple] | None = None) -> list:
+        """Call ``method`` on every actor at once; the first failure (in machine order) raises."""
+        refs = [getattr(a, method).remote(*(each(i) if each else args)) for i, a in enumerate(self.actors)]
+        return [self.get(i, r) for i, r in enumerate(refs)]
+
+    def close(self, log: Callable[[str], None]) -> list[str]:
+        """Tear every part down (in parallel); then remove what a dead actor left on its machine, and end the
+        actors. Returns the problems (one line each)."""
+        from ray.exceptions import RayError
+        problems = []
+        refs = {i: a.close.remote() for i, a in enumerate(self.actors) if i not in self.dead}
+        for i, ref in refs.items():
+            try:
+                self.get(i, ref, CLOSE_TIMEOUT_S)
+            except PartFailed as e:
+                problems.append(str(e))
+        from .part import cleanup
+        alive = {m.node_id for m in machines()}
+        task = self.ray.remote(num_cpus=0, max_retries=0)(cleanup)
+        for i in self.dead:
+            m = self.machines[i]
+            if m.node_id not in alive:
+                problems.append(f"{self.name(i)} is gone: `testbed clean` there removes its part (lab {self.labs[i]})")
+                continue
+            try:
+                n = self.ray.get(task.options(**pin(m)).remote(self.labs[i]), timeout=CLOSE_TIMEOUT_S)
+                log(f"cluster: removed the part the dead actor left on {m.name} ({n} namespaces)")
+            except RayError as e:
+                problems.append(f"{self.name(i)}: cleaning the dead actor's part failed: {_line(e)}")
+        for a in self.actors:
+            self.ray.kill(a)
+        return problems
+
+
+class RemoteAgents:
+    """workloads.agents.AgentSet's interface over the machines: each machine's actor runs the agents of its own
+    hosts; jobs and results travel through Ray."""
+
+    def __init__(self, parts: Parts, machine_of: dict[str, int], hosts: list[str]):
+        self.parts = parts
+        self.by_machine: dict[int, list[str]] = {}
+        for h in hosts:
+            self.by_machine.setdefault(machine_of[h], []).append(h)
+        self.problems: list[str] = []
+
+    def _each(self, method: str, args_of: Callable[[int], tuple]) -> list:
+        a = self.parts.actors
+        refs = {i: getattr(a[i], method).remote(*args_of(i)) for i in self.by_machine}
+        return [self.parts.get(i, r) for i, r in refs.items()]
+
+    def __enter__(self) -> "RemoteAgents":
+        try:
+            self._each("agents_start", lambda i: (self.by_machine[i],))
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def wait_ready(self, deadline: float, started: float) -> None:
+        self._each("agents_ready", lambda i: (deadline, started))
+
+    def hand_jobs(self, jobs: dict[str, dict]) -> None:
+        self._each("agents_jobs", lambda i: ({h: jobs[h] for h in self.by_machine[i]},))
+
+    def collect(self, deadline: float, timeout_s: float, check: Callable[[], None] | None = None) -> dict:
+        """Every machine's agents' results; the first machine that fails (its agents, a helper, its actor)
+        raises at once, naming it."""
+        ray, a = self.parts.ray, self.parts.actors
+        refs = {a[i].agents_collect.remote(deadline, timeout_s): i for i in self.by_machine}
+        out: dict = {}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=0.5)
+            for ref in ready:
+                out.update(self.parts.get(refs[ref], ref))
+            self.parts.check_alive()
+            if check is not None:
+                check()
+        return out
+
+    def __exit__(self, *exc) -> None:
+        for i in self.by_machine:
+            if i in self.parts.dead:
+                continue
+            try:
+                self.problems += self.parts.get(i, self.parts.actors[i].agents_close.remote(), CLOSE_TIMEOUT_S)
+            except PartFailed as e:
+                self.problems.append(str(e))
+
+
+def _merge_pfc(results: list[dict]) -> dict:
+    """The PFC agents' results of every machine as one agent's: lists joined, counts added."""
+    out: dict = {}
+    for r in results:
+        for k, v in r.items():
+            if isinstance(v, list):
+                out.setdefault(k, []).extend(v)
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = out.get(k, 0) + v
+            elif k not in out:
+                out[k] = v
+    return out
+
+
+class ClusterLab:
+    """A fabric built over the cluster's machines (context manager; exit tears every part down): partition,
+    one pinned actor per machine, the underlay checked, every part built at once."""
+
+    def __init__(self, scen, address: str, log: Callable[[str], None] = lambda s: None, name: str | None = None):
+        """``name``: a lab that stays up (``testbed up --cluster``): its parts are labs ``<name>m<i>`` of kind
+        ``up`` built by detached actors; None: a run's (``c<4 hex>``, torn down on exit)."""
+        from .. import topology
+        from ..scenario import PlacementSpec
+        what = unsupported(scen)
+        if what:
+            raise PlacementError(f"placement: {what} is not supported over several machines yet; run it on one")
+        self.scen, self.address, self.log = scen, address, log
+        self.ray = connect(address)
+        self.spec = scen.placement or PlacementSpec(partitions=1)
+        ms = machines()
+        if self.spec.partitions > len(ms):
+            raise PlacementError(f"placement.partitions: {self.spec.partitions} machines, but the cluster has "
+                                 f"{len(ms)} ({', '.join(m.name for m in ms) or 'none'})")
+        self.topo = topology.build(scen.topology)
+        # a VNI base of its own per fabric: a torn-down lab's VXLAN devices live on until the kernel has destroyed
+        # its namespaces, and a new device with the same VNI on the same underlay is refused (EEXIST)
+        self.part = partition(self.topo, self.spec, VNI_BASE * (1 + secrets.randbelow(4094)))
+        self.used = ms[:self.spec.partitions]
+        base = name or "c" + secrets.token_hex(2)  # a run's part: c<4 hex>m<i> ("ftb-<lab>-pfc" ≤ 15 characters)
+        self.name, self.keep = base, name is not None
+        self.labs = [f"{base}m{i}" for i in range(len(self.used))]
+        self.parts: Parts | None = None
+        self.probes: list[dict] = []
+        self.warnings: list[str] = []
+        self.build_s = 0.0
+
+    def ns_of(self, node: str) -> str:
+        return f"ftb-{self.labs[self.part.of[node]]}-{node}"
+
+    def __enter__(self) -> "ClusterLab":
+        self.parts = parts = Parts(self.ray, self.used, self.labs, detached=self.keep)
+        try:
+            self.probes = probes = parts.all("probe")
+            for i, p in enumerate(probes):
+                if not p["root"]:
+                    raise PlacementError(f"{parts.name(i)}: its Ray node does not run as root; start it as root "
+                                         f"(`sudo ray start …`): a part creates namespaces")
+            self.warnings = check_underlay(self.part, self.scen.fabric_mtu, [(p["mtu"], p["rate_bps"]) for p in probes])
+            for w in self.warnings:
+                self.log(f"warning: {w}")
+            tunnels: list[dict] = [{} for _ in self.used]
+            for c in self.part.cut:
+                a, b = probes[c.a_machine]["address"], probes[c.b_machine]["address"]
+                tunnels[c.a_machine][c.a_ifindex] = (c.vni, a, b)
+                tunnels[c.b_machine][c.b_ifindex] = (c.vni, b, a)
+            t = time.perf_counter()
+            kind = "up" if self.keep else "run"
+            builds = parts.all("build", each=lambda i: (self.scen, self.labs[i], self.part.nodes(i), tunnels[i],
+                                                        kind))
+            self.build_s = time.perf_counter() - t
+            for b in builds:
+                self.warnings += [w for w in b["warnings"] if w not in self.warnings]
+        except BaseException:
+            self.close()
+            raise
+        topo = self.topo
+        self.log(f"fabric up over {len(self.used)} machine(s) ({', '.join(m.name for m in self.used)}): "
+                 f"{len(topo.hosts)} hosts, {len(topo.switches)} switches, {len(topo.links)} links, "
+                 f"{len(self.part.cut)} cut (VXLAN) ({self.build_s:.2f} s); datapath {self.scen.switch.load_balancing}")
+        return self
+
+    def close(self) -> list[str]:
+        """Tear every part down; returns the problems (one line each). Idempotent."""
+        parts, self.parts = self.parts, None
+        return parts.close(self.log) if parts is not None else []
+
+    def __exit__(self, *exc) -> None:
+        for p in self.close():
+            self.log(f"warning: {p}")
+
+    def manifest_section(self) -> dict:
+        """The manifest's ``cluster``: nodes (machines), partition (node → machine), cut links."""
+        used, part = self.used, self.part
+        return {"address": self.address, "strategy": part.strategy, "build_s": self.build_s,
+                "nodes": [{"machine": m.name, "address": m.address, "node_id": m.node_id, "lab": self.labs[i],
+                           "nodes": len(part.nodes(i)), "underlay_mtu": self.probes[i]["mtu"],
+                           "underlay_rate_bps": self.probes[i]["rate_bps"]} for i, m in enumerate(used)],
+                "partition": {n: used[m].name for n, m in part.of.items()},
+                "cut_links": [dict(c.as_dict(), a_machine=used[c.a_machine].name, b_machine=used[c.b_machine].name)
+                              for c in part.cut]}
+
+
+def down(name: str, address: str, log: Callable[[str], None] = lambda s: None) -> int:
+    """Tear down a lab made by ``testbed up --cluster``: every part's actor closes its part and ends. Returns how
+    many parts there were."""
+    ray = connect(address)
+    from ray.exceptions import RayError
+    n = 0
+    for i in range(64):
+        try:
+            actor = ray.get_actor(f"ftb-{name}m{i}")
+        except ValueError:
+            break
+        try:
+            ray.get(actor.close.remote(), timeout=CLOSE_TIMEOUT_S)
+        except RayError as e:
+            log(f"warning: part {name}m{i}: {_line(e)}; `testbed clean` on its machine removes it")
+        ray.kill(actor)
+        n += 1
+    if not n:
+        raise ClusterError(f"no lab '{name}' on the cluster at {address} (`testbed up --cluster` makes one)")
+    return n
+
+
+def run(scen, address: str, out: str | Path | None = None, source: str = "",
+        log: Callable[[str], None] = lambda s: None) -> tuple[Path, dict]:
+    """Run ``scen`` with its fabric split over the cluster's machines (``placement``; none: one machine); return
+    (result directory, summary row) like runner.run, and raise runner.RunFailed the same way."""
+    from .. import doctor, report, runner, workloads
+    from ..telemetry import paths_used
+    from ..telemetry.links import model_error
+    from ..workloads import WorkloadError
+
+    run_id = runner.new_run_id(scen)
+    outdir = Path(out) if out else runner.RESULTS_DIR / run_id
+    if outdir.exists() and any(outdir.iterdir()):
+        raise FileExistsError(f"{outdir}: already holds results; choose another --out")
+    caps = doctor.as_dict(doctor.probe(with_bcc=False))
+    cl = ClusterLab(scen, address, log)
+    topo, part, used = cl.topo, cl.part, cl.used
+    started = time.time()
+    failures: list[str] = []
+    info: dict = {}
+    flows, results, finals = [], [], {}
+    origin = started
+    with cl:
+        parts = cl.parts
+        try:
+            origin = time.time()
+            parts.all("start", origin)
+            duration_s = scen.duration / 1e9
+            flows = workloads.plan(scen.traffic, topo, scen.seed, duration_s)
+            runner.set_host_classes(scen, flows)
+            log(f"traffic: {len(flows)} {scen.traffic.engine} flows, pattern {scen.traffic.pattern}, up to "
+                f"{duration_s:g} s")
+            sndbuf = min(workloads.DEFAULT_SNDBUF, scen.topology.host_link.buffer * 3 // 4)
+            try:
+                results = workloads.run(flows, cl.ns_of, duration_s, scen.packet_size, sndbuf_bytes=sndbuf,
+                                        info=info, origin=origin,
+                                        agent_set=lambda hosts, _ns, _containers: RemoteAgents(parts, part.of, hosts))
+            except (HelperFailed, WorkloadError) as e:
+                failures.append(str(e))
+            for i, a in enumerate(parts.actors):
+                if i in parts.dead:
+                    continue
+                try:
+                    finals[i] = parts.get(i, a.finish.remote())
+                except PartFailed as e:
+                    failures.append(str(e))
+        finally:
+            problems = cl.close()
+    for p in problems:
+        if p not in failures:
+            failures.append(p)
+    for i, f in finals.items():
+        failures += [f"{used[i].name}: {x}" for x in f["failures"]]
+        if f["error"]:
+            failures.append(f"{used[i].name}: {f['error']}")
+    ended = time.time()
+    traffic = runner.Traffic(flows=flows, results=results or [], info=info)
+    if not results:                       # the traffic failed before results: one empty result per flow
+        from ..workloads.results import flow_result
+        traffic.results = [flow_result(f, origin, {}, {}) for f in flows]
+    rows = [r for f in finals.values() for r in f["rows"]]
+    flow_paths = [p for f in finals.values() for p in f["flow_paths"]]
+    used_paths = paths_used(topo, flow_paths, flows)
+    drops: dict = {}
+    for f in finals.values():
+        for k, v in f["drops"].items():
+            drops[k] = drops.get(k, 0) + v
+    cpu_samples = sorted((s for f in finals.values() for s in f["cpu"]["cpu_samples"]), key=lambda s: s[0])
+    steal = sorted((s for f in finals.values() for s in f["cpu"]["cpu_steal"]), key=lambda s: s[0])
+    cpu = {"cpu_accounting": "core-total", "cpu_samples": cpu_samples, "cpu_steal": steal}
+    degradations = [f"{used[i].name}: {d}" for i, f in finals.items() for d in f["degradations"]]
+    degradations += [f"{used[i].name}: telemetry: {f['late_samples']} sample(s) taken late"
+                     for i, f in finals.items() if f["late_samples"]]
+    pfc = _merge_pfc([f["pfc"] for f in finals.values()])
+    degradations += pfc.get("degradations", [])
+    degradations += info.get("agent_problems", [])
+    for d in degradations:
+        log(f"degraded: {d}")
+    samples = [s for f in finals.values() for s in f["model_samples"]]
+    health = {"samples": sum(f["health"]["samples"] for f in finals.values()),
+              "late_samples": sum(f["health"]["late_samples"] for f in finals.values()),
+              "failed_qdisc_dumps": sum(f["health"]["failed_qdisc_dumps"] for f in finals.values()),
+              "error": next((f["health"]["error"] for f in finals.values() if f["health"]["error"]), None)}
+    lab = SimpleNamespace(pfc_results=pfc, warnings=cl.warnings, name=cl.name, routing_results={},
+                          scheduler_results={})
+    sampler = SimpleNamespace(model_error=lambda: model_error(samples), health=lambda: health)
+    timings = {used[i].name: f["timings"] for i, f in finals.items()}
+    manifest = runner._manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic, failures,
+                                degradations, drops=drops, resyncs=sum(f["resyncs"] for f in finals.values()),
+                                timings=timings, pcaps={}, origin=origin)
+    manifest["cluster"] = cl.manifest_section()
+    meta = {"run_id": run_id, "scenario": scen.name, "load_balancing": scen.switch.load_balancing,
+            "seed": scen.seed, "duration_s": scen.duration / 1e9,
+            "offered_mbps": workloads.offered_mbps(flows, scen.topology.host_link.rate, scen.duration / 1e9),
+            "queue_model_error": manifest["qos"]["queue_model_error"]["mean"],
+            "failed": failures[0] if failures else None, "profile": scen.profile}
+    row = report.write_run(outdir, manifest, rows, runner._flow_rows(topo, traffic, used_paths, scen.packet_size),
+                           cpu, meta)
+    if failures:
+        raise runner.RunFailed(f"{failures[0]} (results collected so far: {outdir})", outdir)
+    return outdir, row
+
+
+__all__ = ["ClusterError", "ClusterLab", "PartFailed", "down", "run", "unsupported"]

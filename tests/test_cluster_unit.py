@@ -1,0 +1,122 @@
+"""Beyond one machine, the pure parts: placement validation, partitioning, the underlay check, restricted
+topologies, what a fabric over several machines refuses, the sweep's result archives."""
+from __future__ import annotations
+
+import io
+import tarfile
+
+import pytest
+
+from testbed import scenario, topology
+from testbed.cluster import partition as P
+from testbed.cluster.run import unsupported
+from testbed.fabric import netns
+
+
+def _scen(*sets, path="scenarios/default.yaml"):
+    return scenario.load(path, tuple(sets))
+
+
+def test_placement_is_validated_with_its_key_path():
+    with pytest.raises(scenario.ScenarioError, match=r"placement\.assign: strategy manual needs assign"):
+        _scen("placement.strategy=manual")
+    with pytest.raises(scenario.ScenarioError, match=r"placement\.assign: only with strategy: manual"):
+        _scen("placement.assign={leaf0: 0}")
+    with pytest.raises(scenario.ScenarioError, match=r"placement\.assign\.leaf1: machine 2 out of range"):
+        _scen("placement.strategy=manual", "placement.assign={leaf0: 0, leaf1: 2}")
+    with pytest.raises(scenario.ScenarioError, match=r"placement\.assign\.leaf9"):
+        _scen("placement.strategy=manual", "placement.assign={leaf9: 0}")
+
+
+def test_auto_keeps_each_leaf_with_its_hosts_and_balances_the_default_fabric():
+    s = _scen("placement.partitions=2")
+    topo = topology.build(s.topology)
+    part = P.partition(topo, s.placement)
+    for h in topo.hosts:
+        assert part.of[h] == part.of[topo.leaf_of(h)]
+    assert part.of["leaf0"] != part.of["leaf1"]
+    # each machine: one leaf with 4 hosts and 2 of the 4 spines (load 240 + 2 × 40 Mbit/s of port rates each)
+    assert sorted(len([n for n in part.nodes(m) if n.startswith("spine")]) for m in (0, 1)) == [2, 2]
+    # every leaf reaches the 2 spines of the other machine through the cut: 2 leaves × 2 = 4 cut links
+    assert len(part.cut) == 4 and len({c.vni for c in part.cut}) == 4
+    assert all(c.rate_bps == 20_000_000 and {c.a_machine, c.b_machine} == {0, 1} for c in part.cut)
+    assert part.cut_rate_bps(0) == 80_000_000
+
+
+def test_by_leaf_and_manual():
+    s = _scen("placement.partitions=2", "placement.strategy=by-leaf")
+    topo = topology.build(s.topology)
+    part = P.partition(topo, s.placement)
+    assert [part.of[n] for n in ("leaf0", "leaf1", "spine0", "spine1", "spine2", "spine3")] == [0, 1, 0, 0, 1, 1]
+    s = _scen("placement.strategy=manual", "placement.assign={leaf0: 0, spine0: 0, leaf1: 1, spine1: 1, "
+              "spine2: 1, spine3: 1}")
+    part = P.partition(topo, s.placement)
+    assert part.of["h0"] == 0 and part.of["h7"] == 1 and len(part.cut) == 4      # leaf0→spine1..3, leaf1→spine0
+    s = _scen("placement.strategy=manual", "placement.assign={leaf0: 0, leaf1: 1}")
+    with pytest.raises(P.PlacementError, match=r"placement\.assign: spine0 is on no machine"):
+        P.partition(topo, s.placement)
+    s = _scen("placement.strategy=manual", "placement.assign={leaf0: 0, leaf1: 1, spine0: 0, spine1: 0, "
+              "spine2: 0, spine3: 0, h0: 1}")
+    with pytest.raises(P.PlacementError, match=r"placement\.assign\.h0: machine 1, but its leaf leaf0"):
+        P.partition(topo, s.placement)
+
+
+def test_too_many_partitions_and_fat_tree_units():
+    s = _scen("placement.partitions=7")
+    with pytest.raises(P.PlacementError, match="only 6 placement units"):
+        P.partition(topology.build(s.topology), s.placement)
+    s = _scen("placement.partitions=2", path="scenarios/fat-tree-k4.yaml")
+    topo = topology.build(s.topology)
+    part = P.partition(topo, s.placement)
+    assert len(P.units(topo)) == 8 + 8 + 4               # 8 leaf groups, 8 spines, 4 cores
+    assert all(part.of[h] == part.of[topo.leaf_of(h)] for h in topo.hosts)
+    assert set(part.of.values()) == {0, 1}
+
+
+def test_underlay_mtu_is_refused_and_rate_warned():
+    s = _scen("placement.partitions=2")
+    part = P.partition(topology.build(s.topology), s.placement)
+    # 1500 + 50 bytes of VXLAN do not fit a 1500-byte underlay; 1550 do
+    with pytest.raises(P.PlacementError, match=r"underlay MTU is 1500.*1500-byte packets \+ 50 bytes of VXLAN = 1550"):
+        P.check_underlay(part, 1500, [(1500, None), (9000, None)])
+    assert P.check_underlay(part, 1500, [(1550, None), (1550, None)]) == []
+    # 4 cut links × 20 Mbit/s = 80 Mbit/s through each machine's underlay of 50 Mbit/s: one warning per machine
+    w = P.check_underlay(part, 1500, [(9000, 50_000_000), (9000, 100_000_000)])
+    assert len(w) == 1 and "machine 0" in w[0] and "80 Mbit/s" in w[0] and "50 Mbit/s" in w[0]
+
+
+def test_restricted_topology_keeps_ids_and_the_fabric_wide_port_lookup():
+    topo = topology.build(_scen().topology)
+    part = topo.restrict(["leaf0", "h0", "h1", "h2", "h3", "spine0"])
+    assert part.switches == ["leaf0", "spine0"] and len(part.hosts) == 4
+    assert part.switch_ids == topo.switch_ids
+    assert all(ln.a.node in part.nodes and ln.b.node in part.nodes for ln in part.links)
+    assert len(part.links) == 4 + 1                     # 4 host links + leaf0–spine0
+    assert {e.switch for e in part.fib} == {"leaf0", "spine0"}
+    cut_port = part.port_named("leaf0", "spine1")       # a port whose peer is on another machine …
+    assert part.port(cut_port.peer_ifindex).node == "spine1"     # … whose peer can still be looked up
+
+
+def test_unsupported_features_are_named():
+    assert unsupported(_scen()) is None
+    assert "subnet manager" in unsupported(_scen("switch.routing=sm"))
+    assert "telemetry.int" in unsupported(_scen("telemetry.int.enabled=true"))
+    assert "capture" in unsupported(_scen("capture=[h0]"))
+
+
+def test_machine_namespaces_are_not_labs():
+    assert netns.is_machine("ftb-m0") and netns.is_machine("ftb-m12")
+    assert not netns.is_machine("ftb-m0x-h0") and not netns.is_machine("ftb-mlab-h0") and not netns.is_machine("ftb-m")
+
+
+def test_a_result_archive_may_hold_only_its_run_directory(tmp_path):
+    from testbed.cluster.sweep import ClusterError, _unpack
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = b"x"
+        info = tarfile.TarInfo("../evil")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(ClusterError, match="outside the run directory"):
+        _unpack(buf.getvalue(), tmp_path, "00-run")
+    assert list(tmp_path.iterdir()) == []
