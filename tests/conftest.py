@@ -226,3 +226,18 @@ def wait_for(pred, timeout=10.0, step=0.05):
             return True
         time.sleep(step)
     return pred()
+
+
+def processes_named(prefix: str) -> dict[int, str]:
+    """pid → process name of every process whose name (``/proc/<pid>/comm``) starts with ``prefix``: the lab's
+    traffic agents and helpers carry their namespace's or lab's name (testbed/procname.py)."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                comm = open(f"/proc/{pid}/comm").read().strip()
+            except OSError:
+                continue
+            if comm.startswith(prefix):
+                out[int(pid)] = comm
+    return out

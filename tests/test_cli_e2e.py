@@ -13,7 +13,7 @@ import pytest
 from testbed import report
 from testbed.fabric import netns
 
-from conftest import ROOT, TESTBED, run_cli, wait_for
+from conftest import ROOT, TESTBED, processes_named, run_cli, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -165,16 +165,7 @@ def _start_run(tmp_path, name):
 
 def _agents_of(lab: str) -> list[int]:
     """Pids of the traffic agents of ``lab`` (their process names carry the lab's prefix)."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                comm = open(f"/proc/{pid}/comm").read().strip()
-            except OSError:
-                continue
-            if comm.startswith(f"{netns.PREFIX}{lab}-"):
-                out.append(int(pid))
-    return out
+    return list(processes_named(f"{netns.PREFIX}{lab}-"))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

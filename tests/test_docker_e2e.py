@@ -18,7 +18,7 @@ import pytest
 
 from testbed.fabric import netns
 
-from conftest import ROOT, TESTBED, make_scenario, run_cli, wait_for
+from conftest import ROOT, TESTBED, make_scenario, processes_named, run_cli, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -59,16 +59,7 @@ def _containers(c, lab: str) -> list:
 
 def _agents_of(lab: str) -> dict[int, str]:
     """pid → host of the traffic agents of ``lab`` (their process names are the hosts' namespace names)."""
-    out = {}
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                comm = open(f"/proc/{pid}/comm").read().strip()
-            except OSError:
-                continue
-            if comm.startswith(f"{netns.PREFIX}{lab}-h"):
-                out[int(pid)] = comm.rsplit("-", 1)[1]
-    return out
+    return {pid: comm.rsplit("-", 1)[1] for pid, comm in processes_named(f"{netns.PREFIX}{lab}-h").items()}
 
 
 def _ns(pid: int | str, kind: str) -> str:

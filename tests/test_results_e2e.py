@@ -19,7 +19,7 @@ import pytest
 from testbed import runner, scenario
 from testbed.fabric.port import tbf_burst
 
-from conftest import ROOT, TESTBED, lab_load_ok, run_had, wait_for
+from conftest import ROOT, TESTBED, lab_load_ok, processes_named, run_had, wait_for
 from testbed.report.summary import STEAL_SHARE
 
 pytestmark = pytest.mark.e2e
@@ -150,14 +150,7 @@ def test_a_dead_pfc_agent_fails_the_run_in_one_line_and_keeps_the_results(tmp_pa
                             stderr=subprocess.PIPE, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
     def agent_pid():
-        for pid in os.listdir("/proc"):
-            if pid.isdigit():
-                try:
-                    comm = open(f"/proc/{pid}/comm").read().strip()
-                except OSError:
-                    continue
-                if comm.startswith("ftb-r") and comm.endswith("-pfc"):
-                    return int(pid)
+        return next((pid for pid, comm in processes_named("ftb-r").items() if comm.endswith("-pfc")), None)
         return None
     try:
         assert wait_for(lambda: agent_pid() is not None, timeout=30)
