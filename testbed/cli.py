@@ -50,7 +50,12 @@ class Terminated(BaseException):
         self.signum = signum
 
 
+_OWNER_PID = os.getpid()
+
+
 def _on_sigterm(signum, frame):
+    if os.getpid() != _OWNER_PID:        # a forked child still running Python (a library's helper): it must die,
+        os._exit(128 + signum)           # not unwind into the CLI's code as a second copy of the run
     raise Terminated(signum)
 
 
@@ -630,6 +635,8 @@ def vm_status():
 
 
 def main() -> None:
+    global _OWNER_PID
+    _OWNER_PID = os.getpid()
     signal.signal(signal.SIGTERM, _on_sigterm)
     signal.signal(signal.SIGHUP, _on_sigterm)
     debug = os.environ.get("FTB_DEBUG") == "1"

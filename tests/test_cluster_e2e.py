@@ -101,8 +101,12 @@ def test_every_host_pair_pings_across_the_cut(cluster):
     from testbed import scenario
     from testbed.cluster.run import ClusterLab
     scen = scenario.load("scenarios/default.yaml", ("placement.partitions=2",))
+    handler = signal.getsignal(signal.SIGTERM)
     try:
         with ClusterLab(scen, "auto") as cl:
+            # joining Ray as a driver keeps this process's SIGTERM handler (Ray's own would make a forked child
+            # that gets SIGTERM unwind into this process's code)
+            assert signal.getsignal(signal.SIGTERM) is handler
             assert len(cl.part.cut) == 4
             hosts = cl.topo.hosts
             crossing = 0

@@ -187,14 +187,17 @@ def _link(ns_a, ns_b, if_a, if_b, addr_a, addr_b, tbf_mbit=None, limit=256 * 102
         ip.link("add", ifname=if_a, kind="veth", peer={"ifname": if_b})
         ip.link("set", index=ip.link_lookup(ifname=if_a)[0], net_ns_fd=netns.path(ns_a))
         ip.link("set", index=ip.link_lookup(ifname=if_b)[0], net_ns_fd=netns.path(ns_b))
-    for ns, ifn, addr, shape in ((ns_a, if_a, addr_a, tbf_mbit), (ns_b, if_b, addr_b, None)):
-        with IPRoute(netns=netns.path(ns)) as n:
+
+    def inside(ifn, addr, shape):
+        with IPRoute() as n:
             idx = n.link_lookup(ifname=ifn)[0]
             n.link("set", index=n.link_lookup(ifname="lo")[0], state="up")
             n.link("set", index=idx, state="up")
             n.addr("add", index=idx, address=addr, prefixlen=24)
             if shape:
                 n.tc("add", "tbf", index=idx, handle="1:", rate=f"{shape}mbit", burst=15000, limit=limit)
+    for ns, ifn, addr, shape in ((ns_a, if_a, addr_a, tbf_mbit), (ns_b, if_b, addr_b, None)):
+        netns.run_in(ns, inside, ifn, addr, shape)
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import os
+import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 
 MACHINE_RESOURCE = "ftb_machine"
@@ -98,12 +100,20 @@ def connect(address: str):
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
     for k, v in RAY_INLINE_ENV.items():
         os.environ.setdefault(k, v)
+    # ray.init installs its own SIGTERM handler (sys.exit) in the driver: it would replace the CLI's (which tears
+    # the lab down) and, inherited by a forked child still running Python (pyroute2's netns helpers), turn that
+    # child's SIGTERM into a SystemExit that unwinds into the parent's code: keep the handler we had
+    main = threading.current_thread() is threading.main_thread()
+    prev = signal.getsignal(signal.SIGTERM) if main else None
     try:
         ray.init(address=resolve(address), namespace=RAY_NAMESPACE, logging_level="ERROR", log_to_driver=False,
                  configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ClusterError(f"cannot join the Ray cluster at {address}: {msg}") from None
+    finally:
+        if main and prev is not None:
+            signal.signal(signal.SIGTERM, prev)
     return ray
 
 
