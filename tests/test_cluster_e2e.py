@@ -281,3 +281,40 @@ def test_zz_machine_dying_mid_sweep_fails_only_its_run_which_is_retried_elsewher
     assert "retrying it once on another machine" in stderr
     # the dead machine's run left its lab behind; the retry's runner reaped it (its owner is gone)
     assert not netns.list_names(f"{netns.PREFIX}{lab}-")
+
+
+# ---------------------------------------------------------------- datapath features across the cut
+
+def _header(path: Path) -> list[str]:
+    with open(path) as f:
+        return next(csv.reader(f))
+
+
+def test_int_records_hops_of_both_machines_into_one_int_csv(cluster, tmp_path):
+    """The INT incast with leaf0 + spine0 on m0 and leaf1 + spine1 on m1: every report's stack was pushed by
+    switches of both machines (leaf0 → spine0 → leaf1 crosses the cut after the spine, leaf0 → spine1 → leaf1
+    before it) and exported by leaf1's sink on m1; int.csv has a single machine's columns."""
+    from testbed.report.columns import INT_COLUMNS, INT_PATH_COLUMNS
+    res, out = _run(tmp_path, "int", "scenarios/int-incast.yaml", "--cluster", "auto",
+                    "--set", "placement.strategy=manual",
+                    "--set", "placement.assign={leaf0: 0, spine0: 0, leaf1: 1, spine1: 1}", "--set", "duration=1.5s")
+    assert res.returncode == 0, res.stderr
+    assert _header(out / "int.csv") == INT_COLUMNS and _header(out / "int_paths.csv") == INT_PATH_COLUMNS
+    rows = _rows(out / "int.csv")
+    m = json.loads((out / "manifest.json").read_text())
+    where = m["cluster"]["partition"]
+    assert {r["path"] for r in rows} == {"leaf0>spine0>leaf1", "leaf0>spine1>leaf1"}
+    assert {where[r["switch"]] for r in rows} == {"m0", "m1"}
+    reports: dict[str, list[dict]] = {}
+    for r in rows:
+        reports.setdefault(r["report"], []).append(r)
+    assert len(reports) > 100 and all(len(hops) == 3 for hops in reports.values())
+    flows = {r["flow_id"] for r in rows}
+    assert len(flows) == 3 and "" not in flows                  # every report is matched to its flow
+    for hops in list(reports.values())[::20]:                  # each hop's time on its own machine's clock
+        t = [float(h["hop_time_s"]) for h in sorted(hops, key=lambda h: int(h["hop"]))]
+        assert t == sorted(t) and float(hops[0]["time_s"]) >= t[-1] - 1e-6, hops
+    steady = [r for r in rows if r["hop"] == "2" and float(r["time_s"]) > 0.5]
+    assert sorted(int(r["queue_bytes"]) for r in steady)[len(steady) // 2] >= 0.95 * 64 * 1024   # leaf1's port full
+    assert m["int"]["exported"] == len(reports) and m["int"]["export_lost"] == 0 and m["int"]["failed"] == 0
+    assert m["int"]["sourced"] >= m["int"]["exported"] > 0

@@ -46,6 +46,7 @@ class Part:
     def __init__(self):
         self.lab = None
         self.sampler = None
+        self.collector = None                  # telemetry.int: this machine's sinks' reports
         self.agents = None
         self._lock = threading.Lock()
 
@@ -72,18 +73,24 @@ class Part:
                 "compile_s": lab.datapath.compile_seconds}
 
     def start(self, origin: float) -> None:
-        """Start sampling the part's switches on the run's clock (time zero ``origin``, chosen by the driver)."""
+        """Start sampling the part's switches on the run's clock (time zero ``origin``, chosen by the driver), and
+        reading its sinks' INT reports when telemetry.int is on."""
         from .. import telemetry
         lab = self.lab
         self.sampler = telemetry.LinkSampler(lab.topo, lab.datapath, lab.scen.telemetry.interval / 1e9, lab.fabric,
                                              origin=origin, cpu=telemetry.CpuGuard(None, origin),
                                              resync_classes=not lab.pfc_on)
         self.sampler.start()
+        if lab.datapath.int_spec is not None:
+            self.collector = telemetry.IntCollector(lab.datapath, origin)
+            self.collector.start()
 
     def check(self) -> None:
         """Raise (one line) if a helper of this part died: the sampler, the PFC agent."""
         if self.sampler is not None:
             self.sampler.check()
+        if self.collector is not None:
+            self.collector.check()
         if self.lab is not None:
             self.lab.check()
 
@@ -115,13 +122,17 @@ class Part:
     def finish(self) -> dict:
         """After the traffic: the last sample, per-flow paths and drop counters, then tear the part down;
         everything the driver merges into the run's result directory."""
-        s, lab = self.sampler, self.lab
-        self.sampler = None
+        s, lab, collector = self.sampler, self.lab, self.collector
+        self.sampler = self.collector = None
         s.stop()
+        intr = None
+        if collector is not None:
+            collector.stop()
+            intr = dict(collector.export(), counters=lab.datapath.int_counters(), error=collector.error)
         out = {"rows": s.rows, "model_samples": s.model_samples, "degradations": list(s.degradations),
                "late_samples": s.late_samples, "health": s.health(), "cpu": s.cpu.result(), "error": s.error,
                "flow_paths": lab.datapath.flow_paths(), "drops": lab.datapath.drop_counters(),
-               "resyncs": lab.datapath.resyncs, "timings": dict(lab.fabric.timings)}
+               "resyncs": lab.datapath.resyncs, "timings": dict(lab.fabric.timings), "int": intr}
         self.close()
         out.update(failures=list(lab.failures), pfc=lab.pfc_results or {}, teardown_s=lab.fabric.timings.get("teardown"))
         return out
@@ -133,6 +144,9 @@ class Part:
         sampler, self.sampler = self.sampler, None
         if sampler is not None:
             sampler.stop()
+        collector, self.collector = self.collector, None
+        if collector is not None:
+            collector.stop()
         with self._lock:
             lab = self.lab
         if lab is not None:

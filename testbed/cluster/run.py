@@ -31,7 +31,7 @@ class PartFailed(HelperFailed):
 def unsupported(scen) -> str | None:
     """What a fabric over several machines cannot do yet (None: nothing): the helpers that need every switch at
     once (subnet manager, failure scheduler, WCMP controller, credits), gated flows (their gates are Unix
-    sockets), Soft-RoCE, INT export and captures."""
+    sockets), Soft-RoCE and captures."""
     sw, tr = scen.switch, scen.traffic
     checks = [(sw.routing == "sm", "switch.routing: sm (the subnet manager programs every switch at once)"),
               (bool(scen.failures), "failures (the failure scheduler and link-state watcher see one machine)"),
@@ -40,7 +40,6 @@ def unsupported(scen) -> str | None:
               (sw.credit_on, "credit flow control (the credit meter reads every port's peer)"),
               (tr.scheduled, "collectives and replays (their gates are Unix sockets on one machine)"),
               (tr.engine == "rxe", "traffic.engine: rxe"),
-              (scen.telemetry.int.enabled, "telemetry.int"),
               (bool(scen.capture), "capture"),
               (scen.hosts.docker is not None, "hosts.docker (container hosts are started by one machine's Docker)")]
     return next((what for bad, what in checks if bad), None)
@@ -184,6 +183,23 @@ class RemoteAgents:
                 self.problems += self.parts.get(i, self.parts.actors[i].agents_close.remote(), CLOSE_TIMEOUT_S)
             except PartFailed as e:
                 self.problems.append(str(e))
+
+
+def _merge_int(ints: dict[int, dict], topo, machine_of: dict[str, int], flows) -> tuple[list[dict], dict]:
+    """INT from every machine's sinks as one run's: int.csv rows (reports in time order, each hop's time on the
+    clock of the machine its switch is on) and the counters added."""
+    from ..telemetry.int import decode, report_rows, run_clock
+    clocks = {i: run_clock(x["mono0_ns"], x["wall0"], x["origin"]) for i, x in ints.items()}
+    machine_of_id = {sid: machine_of[n] for n, sid in topo.switch_ids.items()}
+    reports = sorted(((decode(b), clocks[i]) for i, x in ints.items() for b in x["raw"]),
+                     key=lambda rc: rc[1](rc[0].ts_ns))
+    fallback = next(iter(clocks.values()))
+    rows = report_rows(reports, topo, flows, hop_clock=lambda h: clocks.get(machine_of_id.get(h.switch_id), fallback))
+    counters: dict[str, int] = {}
+    for x in ints.values():
+        for k, v in x["counters"].items():
+            counters[k] = counters.get(k, 0) + v
+    return rows, counters
 
 
 def _merge_pfc(results: list[dict]) -> dict:
@@ -382,6 +398,12 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
     degradations = [f"{used[i].name}: {d}" for i, f in finals.items() for d in f["degradations"]]
     degradations += [f"{used[i].name}: telemetry: {f['late_samples']} sample(s) taken late"
                      for i, f in finals.items() if f["late_samples"]]
+    int_rows = int_stats = None
+    ints = {i: f["int"] for i, f in finals.items() if f.get("int") is not None}
+    if ints:
+        int_rows, int_stats = _merge_int(ints, topo, part.of, traffic.flows)
+        failures += [f"{used[i].name}: {x['error']}" for i, x in ints.items() if x["error"]]
+        degradations += runner._int_degradations(int_stats)
     pfc = _merge_pfc([f["pfc"] for f in finals.values()])
     degradations += pfc.get("degradations", [])
     degradations += info.get("agent_problems", [])
@@ -399,6 +421,7 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
     manifest = runner._manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic, failures,
                                 degradations, drops=drops, resyncs=sum(f["resyncs"] for f in finals.values()),
                                 timings=timings, pcaps={}, origin=origin)
+    manifest["int"] = dict(int_stats, fabric_mtu=scen.fabric_mtu) if int_stats is not None else None
     manifest["cluster"] = cl.manifest_section()
     meta = {"run_id": run_id, "scenario": scen.name, "load_balancing": scen.switch.load_balancing,
             "seed": scen.seed, "duration_s": scen.duration / 1e9,
@@ -406,7 +429,7 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
             "queue_model_error": manifest["qos"]["queue_model_error"]["mean"],
             "failed": failures[0] if failures else None, "profile": scen.profile}
     row = report.write_run(outdir, manifest, rows, runner._flow_rows(topo, traffic, used_paths, scen.packet_size),
-                           cpu, meta)
+                           cpu, meta, int_rows=int_rows)
     if failures:
         raise runner.RunFailed(f"{failures[0]} (results collected so far: {outdir})", outdir)
     return outdir, row

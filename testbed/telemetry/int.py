@@ -11,6 +11,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from ..errors import HelperFailed
 
@@ -102,7 +103,7 @@ class IntCollector:
             self.error = f"INT report reader failed at {time.time() - self.origin:.2f} s: {type(e).__name__}: {e}"
 
     def time_s(self, mono_ns: int) -> float:
-        return (mono_ns - self._mono0) / 1e9 + (self._wall0 - self.origin)
+        return run_clock(self._mono0, self._wall0, self.origin)(mono_ns)
 
     def reports(self) -> list[Report]:
         return [decode(b) for b in self.raw]
@@ -116,24 +117,48 @@ class IntCollector:
 
     def rows(self, topo, flows) -> list[dict]:
         """int.csv: one row per hop of every report (results/README.md)."""
-        names = {i: n for n, i in topo.switch_ids.items()}
-        ifname = {p.ifindex: p.ifname for ps in topo.ports.values() for p in ps}
-        fid = flow_ids(flows)
-        out = []
-        for n, r in enumerate(self.reports()):
-            path = ">".join(names.get(h.switch_id, str(h.switch_id)) for h in r.hops)
-            t, delay = round(self.time_s(r.ts_ns), 6), r.delay_ns
-            flow = fid.get((r.saddr, r.daddr, r.sport, r.dport, r.proto))
-            for i, h in enumerate(r.hops):
-                out.append({"time_s": t, "report": n, "flow_id": flow, "path": path, "hop": i,
-                            "switch": names.get(h.switch_id, str(h.switch_id)),
-                            "ingress_port": ifname.get(h.ingress, str(h.ingress)),
-                            "egress_port": ifname.get(h.egress, str(h.egress)), "queue_id": h.queue_id,
-                            "queue_bytes": h.queue_bytes, "hop_latency_ns": h.latency_ns, "tx_bytes": h.tx_bytes,
-                            "link_rate_bps": h.rate_kbps * 1000, "hop_time_s": round(self.time_s(h.ts_ns), 6),
-                            "path_delay_ns": delay, "exceeded": int(r.exceeded), "ip_bytes": r.length,
-                            "probe": int(r.dport == PROBE_PORT and r.proto == 17)})
-        return out
+        return report_rows([(r, self.time_s) for r in self.reports()], topo, flows)
+
+    def export(self) -> dict:
+        """The raw reports with this machine's clock, for a driver that merges several machines' (cluster/run.py)."""
+        return {"raw": list(self.raw), "mono0_ns": self._mono0, "wall0": self._wall0, "origin": self.origin}
+
+
+def run_clock(mono0_ns: int, wall0: float, origin: float) -> Callable[[int], float]:
+    """One machine's CLOCK_MONOTONIC (ns) → the run's clock (seconds since ``origin``, wall-clock time)."""
+    return lambda mono_ns: (mono_ns - mono0_ns) / 1e9 + (wall0 - origin)
+
+
+def report_rows(reports: list[tuple[Report, Callable[[int], float]]], topo, flows,
+                hop_clock: Callable[[Hop], Callable[[int], float]] | None = None) -> list[dict]:
+    """int.csv rows of ``reports`` (each with the clock of the machine whose sink exported it), numbered in
+    order. ``hop_clock``: the clock of the machine a hop's switch is on (a fabric over several machines: each
+    hop's time was stamped by its own machine's CLOCK_MONOTONIC); None: the report's."""
+    names = {i: n for n, i in topo.switch_ids.items()}
+    fid = flow_ids(flows)
+    out = []
+    for n, (r, clock) in enumerate(reports):
+        path = ">".join(names.get(h.switch_id, str(h.switch_id)) for h in r.hops)
+        t, delay = round(clock(r.ts_ns), 6), r.delay_ns
+        flow = fid.get((r.saddr, r.daddr, r.sport, r.dport, r.proto))
+        for i, h in enumerate(r.hops):
+            hop_t = (hop_clock(h) if hop_clock is not None else clock)(h.ts_ns)
+            out.append({"time_s": t, "report": n, "flow_id": flow, "path": path, "hop": i,
+                        "switch": names.get(h.switch_id, str(h.switch_id)),
+                        "ingress_port": _ifname(topo, h.ingress), "egress_port": _ifname(topo, h.egress),
+                        "queue_id": h.queue_id, "queue_bytes": h.queue_bytes, "hop_latency_ns": h.latency_ns,
+                        "tx_bytes": h.tx_bytes, "link_rate_bps": h.rate_kbps * 1000, "hop_time_s": round(hop_t, 6),
+                        "path_delay_ns": delay, "exceeded": int(r.exceeded), "ip_bytes": r.length,
+                        "probe": int(r.dport == PROBE_PORT and r.proto == 17)})
+    return out
+
+
+def _ifname(topo, ifindex: int) -> str:
+    """A port's name by its fabric-wide ifindex (a part of a fabric over several machines knows them all)."""
+    try:
+        return topo.port(ifindex).ifname
+    except KeyError:
+        return str(ifindex)
 
 
 def flow_ids(flows) -> dict[tuple, int]:
