@@ -318,3 +318,53 @@ def test_int_records_hops_of_both_machines_into_one_int_csv(cluster, tmp_path):
     assert sorted(int(r["queue_bytes"]) for r in steady)[len(steady) // 2] >= 0.95 * 64 * 1024   # leaf1's port full
     assert m["int"]["exported"] == len(reports) and m["int"]["export_lost"] == 0 and m["int"]["failed"] == 0
     assert m["int"]["sourced"] >= m["int"]["exported"] > 0
+
+
+def _udp_payload(pcap: Path, src: str, dport: int) -> int:
+    from scapy.all import IP, UDP, rdpcap
+    return sum(len(p[UDP].payload) for p in rdpcap(str(pcap)) if UDP in p and p[IP].src == src
+               and p[UDP].dport == dport)
+
+
+def test_capture_on_each_machine_comes_back_into_the_run_directory(cluster, tmp_path):
+    """h0 on one machine sends to h4 on the other; both are captured, each by its own machine: the run directory
+    holds both pcaps (as on one machine), each with the flow's packets — the receiver's all it delivered."""
+    res, out = _run(tmp_path, "cap", "scenarios/default.yaml", "--cluster", "auto", "--set", "placement.partitions=2",
+                    "--set", "traffic.pattern=pairs", "--set", "traffic.pairs=[[h0, h4]]", "--set", "capture=[h0, h4]",
+                    "--set", "duration=1.5s")
+    assert res.returncode == 0, res.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["cluster"]["partition"]["h0"] != m["cluster"]["partition"]["h4"]
+    assert m["pcap"] == ["pcap/h0-eth0.pcap", "pcap/h4-eth0.pcap"]
+    assert sorted(p.name for p in (out / "pcap").iterdir()) == ["h0-eth0.pcap", "h4-eth0.pcap"]
+    (flow,) = _rows(out / "flows.csv")
+    from testbed import scenario, topology
+    src = topology.build(scenario.load("scenarios/default.yaml").topology).address("h0")
+    delivered, dport = int(flow["bytes"]), int(flow["dport"])
+    got = {h: _udp_payload(out / "pcap" / f"{h}-eth0.pcap", src, dport) for h in ("h0", "h4")}
+    print(f"delivered {delivered} B; captured {got}")
+    assert delivered > 1_000_000
+    assert delivered <= got["h4"] <= 1.01 * delivered and got["h0"] >= got["h4"], (delivered, got)
+
+
+def test_pause_frames_a_captured_switch_sends_over_the_cut_are_in_its_pcap(cluster, tmp_path):
+    """PFC across the cut (spine0 on m0 pauses leaf1 and leaf2 on m1): the pause frames spine0 sends bypass its
+    own capture tap, so m1 records them where they arrive and the driver merges them into spine0's pcaps."""
+    res, out = _run(tmp_path, "cappfc", "scenarios/incast-pfc.yaml", "--cluster", "auto",
+                    "--set", "placement.strategy=manual",
+                    "--set", "placement.assign={leaf0: 0, spine0: 0, leaf1: 1, leaf2: 1}", "--set", "duration=1.5s",
+                    "--set", "capture=[spine0]")
+    assert res.returncode == 0, res.stderr
+    files = sorted(p.name for p in (out / "pcap").iterdir())
+    assert files == ["spine0-leaf0.pcap", "spine0-leaf1.pcap", "spine0-leaf2.pcap"]     # nothing left to merge
+    sent = {r["port"]: 0 for r in _rows(out / "links.csv") if r["switch"] == "spine0"}
+    for r in _rows(out / "links.csv"):
+        if r["switch"] == "spine0" and r["direction"] == "rx":
+            sent[r["port"]] += int(float(r["pause_tx"]))
+    for port in ("leaf1", "leaf2"):
+        tshark = subprocess.run(["tshark", "-r", str(out / "pcap" / f"spine0-{port}.pcap"), "-Y",
+                                 "macc.opcode == 0x0101", "-T", "fields", "-e", "eth.dst"],
+                                capture_output=True, text=True, timeout=60)
+        frames = tshark.stdout.split()
+        print(f"spine0/{port}: {len(frames)} pause frames in the pcap, pause_tx {sent[port]}")
+        assert sent[port] > 0 and len(frames) == sent[port], (port, frames[:3], sent[port], tshark.stderr)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import threading
+from pathlib import Path
 
 from ..fabric import Tunnel
 
@@ -47,6 +49,7 @@ class Part:
         self.lab = None
         self.sampler = None
         self.collector = None                  # telemetry.int: this machine's sinks' reports
+        self.captures = None                   # capture: this machine's tcpdumps, into a directory of its own
         self.agents = None
         self._lock = threading.Lock()
 
@@ -74,9 +77,16 @@ class Part:
 
     def start(self, origin: float) -> None:
         """Start sampling the part's switches on the run's clock (time zero ``origin``, chosen by the driver), and
-        reading its sinks' INT reports when telemetry.int is on."""
+        reading its sinks' INT reports when telemetry.int is on; the captures start first, as on one machine."""
+        import tempfile
+
         from .. import telemetry
+        from ..fabric.capture import Captures
         lab = self.lab
+        if lab.scen.capture:
+            self.captures = Captures(lab.fabric, list(lab.scen.capture),
+                                     Path(tempfile.mkdtemp(prefix=f"ftb-{lab.name}-")), mac_control=lab.pfc_on)
+            self.captures.start()
         self.sampler = telemetry.LinkSampler(lab.topo, lab.datapath, lab.scen.telemetry.interval / 1e9, lab.fabric,
                                              origin=origin, cpu=telemetry.CpuGuard(None, origin),
                                              resync_classes=not lab.pfc_on)
@@ -119,12 +129,25 @@ class Part:
 
     # ---- the end
 
+    def _stop_captures(self) -> dict[str, bytes]:
+        """Stop this machine's tcpdumps; their files (name → contents, the driver's to merge and keep), the
+        capture directory removed."""
+        c, self.captures = self.captures, None
+        if c is None:
+            return {}
+        try:
+            c.stop()
+            return {f.name: f.read_bytes() for f in sorted(c.dir.iterdir())}
+        finally:
+            shutil.rmtree(c.dir.parent)
+
     def finish(self) -> dict:
         """After the traffic: the last sample, per-flow paths and drop counters, then tear the part down;
         everything the driver merges into the run's result directory."""
         s, lab, collector = self.sampler, self.lab, self.collector
         self.sampler = self.collector = None
         s.stop()
+        pcaps = self._stop_captures()
         intr = None
         if collector is not None:
             collector.stop()
@@ -132,7 +155,8 @@ class Part:
         out = {"rows": s.rows, "model_samples": s.model_samples, "degradations": list(s.degradations),
                "late_samples": s.late_samples, "health": s.health(), "cpu": s.cpu.result(), "error": s.error,
                "flow_paths": lab.datapath.flow_paths(), "drops": lab.datapath.drop_counters(),
-               "resyncs": lab.datapath.resyncs, "timings": dict(lab.fabric.timings), "int": intr}
+               "resyncs": lab.datapath.resyncs, "timings": dict(lab.fabric.timings), "int": intr,
+               "pcaps": pcaps}
         self.close()
         out.update(failures=list(lab.failures), pfc=lab.pfc_results or {}, teardown_s=lab.fabric.timings.get("teardown"))
         return out
@@ -147,6 +171,7 @@ class Part:
         collector, self.collector = self.collector, None
         if collector is not None:
             collector.stop()
+        self._stop_captures()
         with self._lock:
             lab = self.lab
         if lab is not None:

@@ -31,7 +31,7 @@ class PartFailed(HelperFailed):
 def unsupported(scen) -> str | None:
     """What a fabric over several machines cannot do yet (None: nothing): the helpers that need every switch at
     once (subnet manager, failure scheduler, WCMP controller, credits), gated flows (their gates are Unix
-    sockets), Soft-RoCE and captures."""
+    sockets), and Soft-RoCE."""
     sw, tr = scen.switch, scen.traffic
     checks = [(sw.routing == "sm", "switch.routing: sm (the subnet manager programs every switch at once)"),
               (bool(scen.failures), "failures (the failure scheduler and link-state watcher see one machine)"),
@@ -40,7 +40,6 @@ def unsupported(scen) -> str | None:
               (sw.credit_on, "credit flow control (the credit meter reads every port's peer)"),
               (tr.scheduled, "collectives and replays (their gates are Unix sockets on one machine)"),
               (tr.engine == "rxe", "traffic.engine: rxe"),
-              (bool(scen.capture), "capture"),
               (scen.hosts.docker is not None, "hosts.docker (container hosts are started by one machine's Docker)")]
     return next((what for bad, what in checks if bad), None)
 
@@ -200,6 +199,22 @@ def _merge_int(ints: dict[int, dict], topo, machine_of: dict[str, int], flows) -
         for k, v in x["counters"].items():
             counters[k] = counters.get(k, 0) + v
     return rows, counters
+
+
+def _write_pcaps(outdir: Path, finals) -> list[str]:
+    """Every machine's capture files into ``outdir/pcap`` as one machine writes them: the PFC frames a node sent
+    over a cut link (captured on the far machine) merged into its file. Returns their paths (the manifest's)."""
+    from ..fabric.capture import merge_pending
+    files = {name: data for f in finals for name, data in f["pcaps"].items()}
+    if not files:
+        return []
+    d = outdir / "pcap"
+    d.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+        (d / name).chmod(0o644)
+    merge_pending(d)
+    return sorted(f"pcap/{name}" for name in files if not name.startswith("."))
 
 
 def _merge_pfc(results: list[dict]) -> dict:
@@ -418,9 +433,10 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
                           scheduler_results={})
     sampler = SimpleNamespace(model_error=lambda: model_error(samples), health=lambda: health)
     timings = {used[i].name: f["timings"] for i, f in finals.items()}
+    pcaps = _write_pcaps(outdir, finals.values())
     manifest = runner._manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic, failures,
                                 degradations, drops=drops, resyncs=sum(f["resyncs"] for f in finals.values()),
-                                timings=timings, pcaps={}, origin=origin)
+                                timings=timings, pcaps=pcaps, origin=origin)
     manifest["int"] = dict(int_stats, fabric_mtu=scen.fabric_mtu) if int_stats is not None else None
     manifest["cluster"] = cl.manifest_section()
     meta = {"run_id": run_id, "scenario": scen.name, "load_balancing": scen.switch.load_balancing,
