@@ -99,24 +99,8 @@ def _traffic(scen: Scenario, lab: Lab, origin: float, check: Callable[[], None],
     on_t0 = lab.failures_go if lab.scheduler is not None else None
     timeline = TIMELINE_BIN_S if scen.failures else None
     if tr.scheduled:
-        from .workloads import replay
-        if tr.replay is not None:
-            transfers = replay.dilated(replay.read(tr.replay), scen.dilation)
-            outdir.mkdir(parents=True, exist_ok=True)            # the schedule travels with its results
-            shutil.copyfile(tr.replay, outdir / f"schedule{Path(tr.replay).suffix or '.csv'}")
-            what = f"replay of {len(transfers)} transfers"
-        else:
-            transfers = replay.from_collectives(tr, topo, scen.seed, out.origins)
-            what = f"{len(tr.job_list())} collective job(s), {len(transfers)} transfers"
-        bg = tr.pattern == "poisson"
-        log(f"traffic: {what}{' + poisson background' if bg else ''} ({tr.engine}), up to {duration_s:g} s")
-        played = replay.play(transfers, tr, topo, scen.seed, ns_of, duration_s, packet_size,
-                             prio=host_prio(scen, tr.wire_dscp), origins=out.origins, background=bg,
-                             sndbuf_bytes=sndbuf, info=out.info, origin=origin, check=check, on_t0=on_t0,
-                             timeline_bin_s=timeline, containers=containers)
-        out.flows, out.transfers, out.results, out.collectives = (played.flows, played.owner, played.results,
-                                                                  played.rows)
-        return out
+        return scheduled_traffic(scen, topo, ns_of, origin, outdir, log, sndbuf_bytes=sndbuf, check=check,
+                                 on_t0=on_t0, timeline_bin_s=timeline, containers=containers)
     out.flows = workloads.plan(tr, topo, scen.seed, duration_s)
     set_host_classes(scen, out.flows)
     log(f"traffic: {len(out.flows)} {tr.engine} flows, pattern {tr.pattern}, up to {duration_s:g} s")
@@ -132,6 +116,30 @@ def _traffic(scen: Scenario, lab: Lab, origin: float, check: Callable[[], None],
     out.results = workloads.run(out.flows, ns_of, duration_s, packet_size, sndbuf_bytes=sndbuf, info=out.info,
                                 origin=origin, check=check, on_t0=on_t0, timeline_bin_s=timeline,
                                 containers=containers)
+    return out
+
+
+def scheduled_traffic(scen: Scenario, topo, ns_of, origin: float, outdir: Path, log: Callable[[str], None],
+                      **run_kw) -> Traffic:
+    """Collectives or a replay (``traffic.scheduled``), with the pattern's background flows when it is poisson;
+    ``run_kw`` goes to workloads.run (a fabric over several machines passes its ``agent_set``)."""
+    from .workloads import replay
+    tr, out = scen.traffic, Traffic()
+    duration_s = scen.duration / 1e9
+    if tr.replay is not None:
+        transfers = replay.dilated(replay.read(tr.replay), scen.dilation)
+        outdir.mkdir(parents=True, exist_ok=True)            # the schedule travels with its results
+        shutil.copyfile(tr.replay, outdir / f"schedule{Path(tr.replay).suffix or '.csv'}")
+        what = f"replay of {len(transfers)} transfers"
+    else:
+        transfers = replay.from_collectives(tr, topo, scen.seed, out.origins)
+        what = f"{len(tr.job_list())} collective job(s), {len(transfers)} transfers"
+    bg = tr.pattern == "poisson"
+    log(f"traffic: {what}{' + poisson background' if bg else ''} ({tr.engine}), up to {duration_s:g} s")
+    played = replay.play(transfers, tr, topo, scen.seed, ns_of, duration_s, scen.packet_size,
+                         prio=host_prio(scen, tr.wire_dscp), origins=out.origins, background=bg, info=out.info,
+                         origin=origin, **run_kw)
+    out.flows, out.transfers, out.results, out.collectives = played.flows, played.owner, played.results, played.rows
     return out
 
 

@@ -368,3 +368,31 @@ def test_pause_frames_a_captured_switch_sends_over_the_cut_are_in_its_pcap(clust
         frames = tshark.stdout.split()
         print(f"spine0/{port}: {len(frames)} pause frames in the pcap, pause_tx {sent[port]}")
         assert sent[port] > 0 and len(frames) == sent[port], (port, frames[:3], sent[port], tshark.stderr)
+
+
+def test_ring_allreduce_across_the_cut_completes_step_by_step(cluster, tmp_path):
+    """The ring all-reduce over 8 hosts, leaf0's on one machine and leaf1's on the other: its gates (each step
+    waits for the previous one's transfers to arrive) are announced across the cut through the relays; every
+    step starts after the last transfer of the one before and the collective completes, with one machine's
+    collectives.csv columns."""
+    from testbed.report.columns import COLLECTIVE_COLUMNS
+    res, out = _run(tmp_path, "ring", "scenarios/allreduce-ring.yaml", "--cluster", "auto",
+                    "--set", "placement.partitions=2", "--set", "duration=8s")
+    assert res.returncode == 0, res.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    where = m["cluster"]["partition"]
+    assert {where[f"h{i}"] for i in range(4)} != {where[f"h{i}"] for i in range(4, 8)}
+    assert _header(out / "collectives.csv")[:len(COLLECTIVE_COLUMNS)] == COLLECTIVE_COLUMNS
+    (op,) = _rows(out / "collectives.csv")
+    assert op["op"] == "allreduce" and op["end_s"] != "" and float(op["jct_ms"]) > 0
+    flows = _rows(out / "flows.csv")
+    assert len(flows) == 14 * 8 and all(f["end_s"] != "" for f in flows)
+    assert sum(where[f["src"]] != where[f["dst"]] for f in flows) == 14 * 2          # h3 → h4 and h7 → h0
+    steps: dict[int, list[dict]] = {}
+    for f in flows:
+        steps.setdefault(int(f["step"]), []).append(f)
+    for k in range(1, 14):
+        begun = min(float(f["start_s"]) for f in steps[k])
+        ended = max(float(f["end_s"]) for f in steps[k - 1])
+        assert begun >= ended - 0.002, (k, begun, ended)
+    print(f"ring all-reduce across the cut: JCT {float(op['jct_ms']):.0f} ms")

@@ -51,6 +51,7 @@ class Part:
         self.collector = None                  # telemetry.int: this machine's sinks' reports
         self.captures = None                   # capture: this machine's tcpdumps, into a directory of its own
         self.agents = None
+        self.relay = None                      # gated flows: this machine's gate directory and relay
         self._lock = threading.Lock()
 
     def probe(self) -> dict:
@@ -101,6 +102,8 @@ class Part:
             self.sampler.check()
         if self.collector is not None:
             self.collector.check()
+        if self.relay is not None:
+            self.relay.check()
         if self.lab is not None:
             self.lab.check()
 
@@ -113,7 +116,19 @@ class Part:
     def agents_ready(self, deadline: float, started: float) -> None:
         self.agents.wait_ready(deadline, started)
 
-    def agents_jobs(self, jobs: dict[str, dict]) -> None:
+    def gates_open(self, gates: str, machine: int) -> tuple[str, int]:
+        """This machine's gate directory and relay (cluster/gates.py); returns its TCP endpoint on the underlay."""
+        import ray
+
+        from .gates import GateRelay
+        self.relay = GateRelay(gates, machine, ray.util.get_node_ip_address())
+        return self.relay.endpoint
+
+    def agents_jobs(self, jobs: dict[str, dict], remote: dict[str, tuple[str, int]] | None = None) -> None:
+        """Hand the agents their jobs; ``remote``: the hosts of other machines this one's agents announce to (their
+        machines' relay endpoints)."""
+        if self.relay is not None:
+            self.relay.start(remote or {})
         self.agents.hand_jobs(jobs)
 
     def agents_collect(self, deadline: float, timeout_s: float) -> dict:
@@ -122,10 +137,14 @@ class Part:
     def agents_close(self) -> list[str]:
         """Kill and reap this machine's agents (always); returns the problems doing so."""
         a, self.agents = self.agents, None
-        if a is None:
-            return []
-        a.__exit__(None, None, None)
-        return list(a.problems)
+        relay, self.relay = self.relay, None
+        problems = []
+        if a is not None:
+            a.__exit__(None, None, None)
+            problems = list(a.problems)
+        if relay is not None:
+            relay.close()
+        return problems
 
     # ---- the end
 

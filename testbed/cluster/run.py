@@ -11,6 +11,7 @@ left on its machine (if the machine still lives: else ``testbed clean`` there do
 """
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from pathlib import Path
@@ -30,15 +31,13 @@ class PartFailed(HelperFailed):
 
 def unsupported(scen) -> str | None:
     """What a fabric over several machines cannot do yet (None: nothing): the helpers that need every switch at
-    once (subnet manager, failure scheduler, WCMP controller, credits), gated flows (their gates are Unix
-    sockets), and Soft-RoCE."""
+    once (subnet manager, failure scheduler, WCMP controller, credits), and Soft-RoCE."""
     sw, tr = scen.switch, scen.traffic
     checks = [(sw.routing == "sm", "switch.routing: sm (the subnet manager programs every switch at once)"),
               (bool(scen.failures), "failures (the failure scheduler and link-state watcher see one machine)"),
               (sw.load_balancing == "wcmp" and sw.wcmp.source != "static",
                f"switch.wcmp.source: {sw.wcmp.source} (the WCMP controller reads every switch)"),
               (sw.credit_on, "credit flow control (the credit meter reads every port's peer)"),
-              (tr.scheduled, "collectives and replays (their gates are Unix sockets on one machine)"),
               (tr.engine == "rxe", "traffic.engine: rxe"),
               (scen.hosts.docker is not None, "hosts.docker (container hosts are started by one machine's Docker)")]
     return next((what for bad, what in checks if bad), None)
@@ -133,7 +132,7 @@ class RemoteAgents:
     hosts; jobs and results travel through Ray."""
 
     def __init__(self, parts: Parts, machine_of: dict[str, int], hosts: list[str]):
-        self.parts = parts
+        self.parts, self.machine_of = parts, machine_of
         self.by_machine: dict[int, list[str]] = {}
         for h in hosts:
             self.by_machine.setdefault(machine_of[h], []).append(h)
@@ -156,7 +155,23 @@ class RemoteAgents:
         self._each("agents_ready", lambda i: (deadline, started))
 
     def hand_jobs(self, jobs: dict[str, dict]) -> None:
-        self._each("agents_jobs", lambda i: ({h: jobs[h] for h in self.by_machine[i]},))
+        """Gated flows: each machine's agents get gate paths under its own gate directory, and every machine a
+        relay to the others' (cluster/gates.py)."""
+        paths = [p for j in jobs.values() for p in ([j["gate"]] if "gate" in j else [])
+                 + [p for ps in j.get("notify", {}).values() for p in ps]]
+        if not paths:
+            self._each("agents_jobs", lambda i: ({h: jobs[h] for h in self.by_machine[i]},))
+            return
+        from .gates import localize
+        gates = os.path.dirname(paths[0])
+        endpoints = dict(zip(self.by_machine, self._each("gates_open", lambda i: (gates, i))))
+
+        def job_of(i: int) -> tuple:
+            mine = {h: localize(jobs[h], gates, i) for h in self.by_machine[i]}
+            told = {os.path.basename(p) for j in jobs.values() if j["host"] in mine
+                    for ps in j.get("notify", {}).values() for p in ps}
+            return mine, {h: endpoints[self.machine_of[h]] for h in told if self.machine_of[h] != i}
+        self._each("agents_jobs", job_of)
 
     def collect(self, deadline: float, timeout_s: float, check: Callable[[], None] | None = None) -> dict:
         """Every machine's agents' results; the first machine that fails (its agents, a helper, its actor)
@@ -359,8 +374,8 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
     topo, part, used = cl.topo, cl.part, cl.used
     started = time.time()
     failures: list[str] = []
-    info: dict = {}
-    flows, results, finals = [], [], {}
+    traffic = runner.Traffic()
+    finals: dict = {}
     origin = started
     with cl:
         parts = cl.parts
@@ -368,15 +383,19 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
             origin = time.time()
             parts.all("start", origin)
             duration_s = scen.duration / 1e9
-            flows = workloads.plan(scen.traffic, topo, scen.seed, duration_s)
-            runner.set_host_classes(scen, flows)
-            log(f"traffic: {len(flows)} {scen.traffic.engine} flows, pattern {scen.traffic.pattern}, up to "
-                f"{duration_s:g} s")
             sndbuf = min(workloads.DEFAULT_SNDBUF, scen.topology.host_link.buffer * 3 // 4)
+            remote = dict(agent_set=lambda hosts, _ns, _containers: RemoteAgents(parts, part.of, hosts))
             try:
-                results = workloads.run(flows, cl.ns_of, duration_s, scen.packet_size, sndbuf_bytes=sndbuf,
-                                        info=info, origin=origin,
-                                        agent_set=lambda hosts, _ns, _containers: RemoteAgents(parts, part.of, hosts))
+                if scen.traffic.scheduled:
+                    traffic = runner.scheduled_traffic(scen, topo, cl.ns_of, origin, outdir, log,
+                                                       sndbuf_bytes=sndbuf, **remote)
+                else:
+                    traffic.flows = workloads.plan(scen.traffic, topo, scen.seed, duration_s)
+                    runner.set_host_classes(scen, traffic.flows)
+                    log(f"traffic: {len(traffic.flows)} {scen.traffic.engine} flows, pattern {scen.traffic.pattern}, "
+                        f"up to {duration_s:g} s")
+                    traffic.results = workloads.run(traffic.flows, cl.ns_of, duration_s, scen.packet_size,
+                                                    sndbuf_bytes=sndbuf, info=traffic.info, origin=origin, **remote)
             except (HelperFailed, WorkloadError) as e:
                 failures.append(str(e))
             for i, a in enumerate(parts.actors):
@@ -396,8 +415,8 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
         if f["error"]:
             failures.append(f"{used[i].name}: {f['error']}")
     ended = time.time()
-    traffic = runner.Traffic(flows=flows, results=results or [], info=info)
-    if not results:                       # the traffic failed before results: one empty result per flow
+    flows, info = traffic.flows, traffic.info
+    if not traffic.results:               # the traffic failed before results: one empty result per flow
         from ..workloads.results import flow_result
         traffic.results = [flow_result(f, origin, {}, {}) for f in flows]
     rows = [r for f in finals.values() for r in f["rows"]]
@@ -445,7 +464,7 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
             "queue_model_error": manifest["qos"]["queue_model_error"]["mean"],
             "failed": failures[0] if failures else None, "profile": scen.profile}
     row = report.write_run(outdir, manifest, rows, runner._flow_rows(topo, traffic, used_paths, scen.packet_size),
-                           cpu, meta, int_rows=int_rows)
+                           cpu, meta, collectives=traffic.collectives, int_rows=int_rows, cc=runner._cc_rows(traffic))
     if failures:
         raise runner.RunFailed(f"{failures[0]} (results collected so far: {outdir})", outdir)
     return outdir, row
