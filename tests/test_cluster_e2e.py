@@ -315,7 +315,9 @@ def test_int_records_hops_of_both_machines_into_one_int_csv(cluster, tmp_path):
         t = [float(h["hop_time_s"]) for h in sorted(hops, key=lambda h: int(h["hop"]))]
         assert t == sorted(t) and float(hops[0]["time_s"]) >= t[-1] - 1e-6, hops
     steady = [r for r in rows if r["hop"] == "2" and float(r["time_s"]) > 0.5]
-    assert sorted(int(r["queue_bytes"]) for r in steady)[len(steady) // 2] >= 0.95 * 64 * 1024   # leaf1's port full
+    full = sorted(int(r["queue_bytes"]) for r in steady)[len(steady) // 2]
+    print(f"INT across the cut: {len(reports)} reports, {dict(m['int'])}; leaf1→h3 queue median {full} B")
+    assert full >= 0.95 * 64 * 1024                              # leaf1's port to h3 stands full, as on one machine
     assert m["int"]["exported"] == len(reports) and m["int"]["export_lost"] == 0 and m["int"]["failed"] == 0
     assert m["int"]["sourced"] >= m["int"]["exported"] > 0
 
