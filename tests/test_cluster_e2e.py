@@ -1,8 +1,8 @@
 """Beyond one machine, for real: a local Ray cluster of 2 namespace machines (started once for the module),
 distributed sweeps (and a machine dying mid-sweep: its run retried once on the other), and one fabric split over
 both machines (pings across the cut, the default scenario against one machine, spray over cut uplinks, a
-lossless PFC incast across the cut, a part's actor killed mid-run). The machine-death test is the last: it
-leaves one machine."""
+lossless PFC incast across the cut, a part's actor killed mid-run, INT, captures and a collective across the
+cut). The machine-death test is the last: it leaves one machine."""
 from __future__ import annotations
 
 import csv
@@ -243,46 +243,6 @@ def test_up_and_down_over_the_cluster(cluster):
     assert not netns.list_names("ftb-cupm0-") and not netns.list_names("ftb-cupm1-")
 
 
-def _lab_owned_by(machine: str) -> str | None:
-    """The name of a lab whose owner process belongs to the local cluster's ``machine``."""
-    from testbed.cluster import local
-    from testbed.lab import all_labs
-    pids = set(local.machine_pids(machine))
-    return next((st["name"] for st in all_labs() if st.get("pid") in pids), None)
-
-
-def test_zz_machine_dying_mid_sweep_fails_only_its_run_which_is_retried_elsewhere(cluster, tmp_path):
-    """Last in the module: machine m1 dies (every process of it SIGKILLed, as a crashed host) while it runs a
-    sweep's run; that run is retried once on m0 and the sweep completes, saying so."""
-    from testbed.cluster import local
-    out = tmp_path / "sw"
-    proc = subprocess.Popen([*TESTBED, "sweep", "scenarios/default.yaml", "--vary", "switch.load_balancing=ecmp,spray",
-                             "--out", str(out), "--cluster", "auto", *SMALL, "--set", "duration=3s"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        end = time.monotonic() + 120
-        lab = None
-        while lab is None and time.monotonic() < end and proc.poll() is None:
-            lab = _lab_owned_by("m1")
-            time.sleep(0.1)
-        assert lab is not None, "no run started on m1"
-        assert local.kill_machine("m1") > 0
-        stdout, stderr = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, stderr
-    rows = _rows(out / "sweep.csv")
-    assert all(r["status"] == "ok" for r in rows)
-    assert all(r["node"] == "m0" for r in rows)
-    retried = [r for r in rows if r["retried"]]
-    assert len(retried) == 1 and "machine m1" in retried[0]["retried"] and "died" in retried[0]["retried"]
-    assert "retrying it once on another machine" in stderr
-    # the dead machine's run left its lab behind; the retry's runner reaped it (its owner is gone)
-    assert not netns.list_names(f"{netns.PREFIX}{lab}-")
-
-
 # ---------------------------------------------------------------- datapath features across the cut
 
 def _header(path: Path) -> list[str]:
@@ -398,3 +358,43 @@ def test_ring_allreduce_across_the_cut_completes_step_by_step(cluster, tmp_path)
         ended = max(float(f["end_s"]) for f in steps[k - 1])
         assert begun >= ended - 0.002, (k, begun, ended)
     print(f"ring all-reduce across the cut: JCT {float(op['jct_ms']):.0f} ms")
+
+
+def _lab_owned_by(machine: str) -> str | None:
+    """The name of a lab whose owner process belongs to the local cluster's ``machine``."""
+    from testbed.cluster import local
+    from testbed.lab import all_labs
+    pids = set(local.machine_pids(machine))
+    return next((st["name"] for st in all_labs() if st.get("pid") in pids), None)
+
+
+def test_zz_machine_dying_mid_sweep_fails_only_its_run_which_is_retried_elsewhere(cluster, tmp_path):
+    """Last in the module: machine m1 dies (every process of it SIGKILLed, as a crashed host) while it runs a
+    sweep's run; that run is retried once on m0 and the sweep completes, saying so."""
+    from testbed.cluster import local
+    out = tmp_path / "sw"
+    proc = subprocess.Popen([*TESTBED, "sweep", "scenarios/default.yaml", "--vary", "switch.load_balancing=ecmp,spray",
+                             "--out", str(out), "--cluster", "auto", *SMALL, "--set", "duration=3s"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 120
+        lab = None
+        while lab is None and time.monotonic() < end and proc.poll() is None:
+            lab = _lab_owned_by("m1")
+            time.sleep(0.1)
+        assert lab is not None, "no run started on m1"
+        assert local.kill_machine("m1") > 0
+        stdout, stderr = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr
+    rows = _rows(out / "sweep.csv")
+    assert all(r["status"] == "ok" for r in rows)
+    assert all(r["node"] == "m0" for r in rows)
+    retried = [r for r in rows if r["retried"]]
+    assert len(retried) == 1 and "machine m1" in retried[0]["retried"] and "died" in retried[0]["retried"]
+    assert "retrying it once on another machine" in stderr
+    # the dead machine's run left its lab behind; the retry's runner reaped it (its owner is gone)
+    assert not netns.list_names(f"{netns.PREFIX}{lab}-")
