@@ -191,6 +191,7 @@ int ftb_stage_forward(struct __sk_buff *skb)
 	return forward(skb, ctx->sw, ctx->in, ctx->out, &ctx->p);
 }
 
+#if FTB_INT_STAGE
 /* Stage: in-band telemetry on a packet whose egress port is chosen (source, transit or sink), then send it. */
 int ftb_stage_int(struct __sk_buff *skb)
 {
@@ -207,6 +208,7 @@ int ftb_stage_int(struct __sk_buff *skb)
 		return drop(ctx->in, DROP_MALFORMED);
 	return forward_out(skb, ctx->sw, ctx->in, ctx->out, (__u8)tos);
 }
+#endif
 
 /* XDP on the leaf's host-facing ports: the host NIC's "transmit completion".
  *

@@ -174,7 +174,8 @@ class Lab:
         self.ports = port_configs(whole, scen.switch, scen.hosts.pfc,  # every port's egress, built once
                                   scen.fabric_mtu)
         self.topo = whole if nodes is None else whole.restrict(nodes)
-        self.fabric = Fabric(self.topo, name, self.ports, tunnels)
+        hooked = self.topo.switches + (self.topo.hosts if self.pfc_on and scen.hosts.pfc else [])
+        self.fabric = Fabric(self.topo, name, self.ports, tunnels, hooked)  # clsact where eBPF programs will go
         self.datapath = None
         self.pfc = None                        # the PFC agent (control/pfc.py) when a tier has PFC on
         self.pfc_results: dict = {}

@@ -211,6 +211,99 @@ def test_host_offloads_are_off_so_switches_see_wire_sized_packets(lab):
     assert avg <= 1514, f"average frame {avg:.0f} bytes: segmentation offload still on"
 
 
+def test_idle_fabric_puts_no_frame_on_any_link(lab):
+    """Ports come up without an IPv6 address (addr_gen_mode none, a request before link-up): no DAD, router
+    solicitation or MLD report at link-up, frames the switches could only discard as drops. With the mode set in
+    the link-up request itself, the veth end that came up second got a link-local address and sent 3-4 frames in
+    these 3 s; with IPv6 addresses on every port each sent about 6."""
+    from testbed.bench import _rx_packets
+    lb = lab(make_scenario(topology={"spines": 1, "leaves": 2, "hosts_per_leaf": 1}))
+    time.sleep(3)
+    switch_rx = {i: c.rx_packets for i, c in lb.datapath.port_counters().items() if c.rx_packets}
+    host_rx = {h: netns.run_in(lb.fabric.ns[h], _rx_packets, "eth0") for h in lb.topo.hosts}
+    assert not switch_rx and not any(host_rx.values()), (switch_rx, host_rx)
+    for node in lb.topo.nodes:                       # no IPv6 address on any fabric port
+        addrs = subprocess.run(["ip", "-n", lb.fabric.ns[node], "-6", "-o", "addr", "show", "scope", "link"],
+                               capture_output=True, text=True, check=True)
+        assert addrs.stdout == "", (node, addrs.stdout)
+
+
+def test_switch_ports_share_one_filter_block(lab):
+    """Every port of a switch has a clsact bound to the switch's shared blocks; the program is one filter on
+    the ingress block (one request per switch, and no per-port block for the kernel to scan)."""
+    from testbed.fabric import EGRESS_BLOCK, INGRESS_BLOCK
+    lb = lab(make_scenario(topology={"spines": 2, "leaves": 2, "hosts_per_leaf": 2}))
+    for sw in lb.topo.switches:
+        ns = lb.fabric.ns[sw]
+        qdiscs = subprocess.run(["tc", "-n", ns, "qdisc", "show"], capture_output=True, text=True, check=True)
+        bound = [ln for ln in qdiscs.stdout.splitlines()
+                 if "clsact" in ln and f"ingress_block {INGRESS_BLOCK} egress_block {EGRESS_BLOCK}" in ln]
+        assert len(bound) == len(lb.topo.ports[sw]), qdiscs.stdout
+        filters = subprocess.run(["tc", "-n", ns, "filter", "show", "block", str(INGRESS_BLOCK)],
+                                 capture_output=True, text=True, check=True)
+        assert filters.stdout.count("ftb_switch_ingress") == 1, filters.stdout
+    for h in lb.topo.hosts:                          # no hook where no program goes (hosts.pfc is off)
+        qdiscs = subprocess.run(["tc", "-n", lb.fabric.ns[h], "qdisc", "show"], capture_output=True, text=True)
+        assert "clsact" not in qdiscs.stdout
+
+
+def test_offloads_off_in_one_request_clears_what_the_four_legacy_commands_clear():
+    """The fabric clears TSO/GSO/GRO/SG with one ETHTOOL_SFEATURES request per NIC: the device ends up with the
+    features the four legacy ethtool commands leave, less tx-tcp-accecn-segmentation, which the legacy TSO
+    command leaves on here (kernel 6.18) and the request clears too (read back with ETHTOOL_GFEATURES)."""
+    import array
+    import os
+    from testbed.fabric import ethtool, feature_names, offloads_off_request
+    from testbed.fabric.netlink import Batch
+    name = "ftb-toffl"
+    sock = netns.create([name], netlink=True)[name]
+    try:
+        fd = os.open(netns.path(name), os.O_RDONLY)
+        b = Batch(sock, name)
+        for i in (0, 1):
+            b.veth(f"n{i}", 10 + 2 * i, f"02:fb:ee:00:00:{2 * i:02x}", 1500, f"p{i}", 11 + 2 * i,
+                   f"02:fb:ee:00:00:{2 * i + 1:02x}", fd, gso_max_segs=1)
+        b.commit()
+        os.close(fd)
+        for cmd in (0x1f, 0x24, 0x2c, 0x19):          # legacy ETHTOOL_STSO, SGSO, SGRO, SSG, each set to 0
+            ethtool(sock, "n0", array.array("I", [cmd, 0]))
+        names = feature_names(sock, "n1")
+        ethtool(sock, "n1", offloads_off_request(names))
+        words = (len(names) + 31) // 32
+
+        def active(ifname):
+            buf = array.array("I", [0x3a, words] + [0] * (4 * words))        # ETHTOOL_GFEATURES
+            ethtool(sock, ifname, buf)
+            return [buf[2 + 4 * w + 2] for w in range(words)]                # available, requested, active, …
+        def on(ifname):
+            bits = active(ifname)
+            return {f for i, f in enumerate(names) if bits[i // 32] >> (i % 32) & 1}
+        legacy, fabric = on("n0"), on("n1")
+        assert fabric == legacy - {"tx-tcp-accecn-segmentation"}, (legacy, fabric)
+        assert not fabric & {"tx-scatter-gather", "tx-generic-segmentation", "rx-gro", "tx-tcp-segmentation",
+                             "tx-tcp6-segmentation", "tx-tcp-accecn-segmentation"}
+    finally:
+        sock.close()
+        netns.delete([name])
+
+
+def test_namespace_mount_points_share_one_inode():
+    """The mount-point files of one create() are links of one unnamed file in /run/netns's own mount, so a
+    large build allocates no inode per namespace (on ext4 each new inode scanned the recently deleted ones)."""
+    import ctypes
+    import os
+    names = [f"ftb-tinode-{i}" for i in range(3)]
+    netns.create(names)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.umount2(netns.path(names[0]).encode(), 2)        # MNT_DETACH: uncover the file under the mount
+        st = os.stat(netns.path(names[0]))
+        assert st.st_nlink == 3 and st.st_size == 0
+    finally:
+        netns.delete(names)
+    assert not any(os.path.lexists(netns.path(n)) for n in names)
+
+
 def test_teardown_leaves_no_namespace_veth_or_bpf_program(lab):
     from testbed.lab import Lab
     progs_before = set(_switch_programs())

@@ -27,23 +27,47 @@ def test_templates_patch_only_the_ifindex():
     b = nl.Batch(None, "x")
     for ifx in (1234, 77):
         b.link_up(ifx, "a")
-        b.clsact(ifx, "a")
-        b.bpf_filter(ifx, 7, "ftb_switch_ingress", True, "a")
+        b.clsact(ifx, "a", 1, 2)
     want = []
-    for seq, ifx in ((1, 1234), (4, 77)):
+    for seq, ifx in ((1, 1234), (3, 77)):
         up = ifinfmsg()
         up["index"], up["flags"], up["change"] = ifx, IFF_UP, IFF_UP
         cls = tcmsg()
         cls["index"], cls["handle"], cls["parent"] = ifx, 0xFFFF0000, nl.TC_H_CLSACT
         cls["attrs"] = [("TCA_KIND", "clsact")]
-        flt = tcmsg()
-        flt["index"], flt["handle"], flt["parent"] = ifx, 1, nl.TC_H_INGRESS_PARENT
-        flt["info"] = (1 << 16) | socket.htons(nl.ETH_P_ALL)
-        flt["attrs"] = [("TCA_KIND", "bpf"), ("TCA_OPTIONS", {"attrs": [
-            ("TCA_BPF_FD", 7), ("TCA_BPF_NAME", "ftb_switch_ingress"), ("TCA_BPF_FLAGS", 1)]})]
-        want += [_pyroute2(up, nl.RTM_SETLINK, 0, seq), _pyroute2(cls, nl.RTM_NEWQDISC, nl.CREATE, seq + 1),
-                 _pyroute2(flt, nl.RTM_NEWTFILTER, nl.CREATE, seq + 2)]
+        # pyroute2 has no names for TCA_INGRESS_BLOCK (13) / TCA_EGRESS_BLOCK (14): append them by hand
+        blocks = struct.pack("HHI", 8, 13, 1) + struct.pack("HHI", 8, 14, 2)
+        clsact = bytearray(_pyroute2(cls, nl.RTM_NEWQDISC, nl.CREATE, seq + 1) + blocks)
+        struct.pack_into("I", clsact, 0, len(clsact))
+        want += [_pyroute2(up, nl.RTM_SETLINK, 0, seq), bytes(clsact)]
     assert _bytes(b) == want
+
+
+def test_no_ipv6_address_is_a_request_of_its_own():
+    """addr_gen_mode none without IFF_UP (a request before link-up: in the same one the kernel applied it after
+    the flags, too late for a veth end whose carrier came up at once)."""
+    b = nl.Batch(None, "x")
+    b.no_ipv6_address(42, "a")
+    if not nl.HAVE_IPV6:
+        assert _bytes(b) == []
+        return
+    msg = ifinfmsg()
+    msg["index"] = 42
+    msg["attrs"] = [("IFLA_AF_SPEC", {"attrs": [("AF_INET6", {"attrs": [("IFLA_INET6_ADDR_GEN_MODE", 1)]})]})]
+    assert _bytes(b) == [_pyroute2(msg, nl.RTM_SETLINK, 0, 1)]
+    assert struct.unpack_from("II", _bytes(b)[0], 24) == (0, 0)          # ifi_flags, ifi_change: up untouched
+
+
+def test_block_filter_names_the_shared_block():
+    b = nl.Batch(None, "x")
+    b.bpf_filter(1, 7, "ftb_switch_ingress", "leaf0")
+    flt = tcmsg()
+    flt["index"], flt["handle"], flt["parent"] = -1, 1, 1          # TCM_IFINDEX_MAGIC_BLOCK, tcm_block_index 1
+    flt["info"] = (1 << 16) | socket.htons(nl.ETH_P_ALL)
+    flt["attrs"] = [("TCA_KIND", "bpf"), ("TCA_OPTIONS", {"attrs": [
+        ("TCA_BPF_FD", 7), ("TCA_BPF_NAME", "ftb_switch_ingress"), ("TCA_BPF_FLAGS", 1)]})]
+    assert _bytes(b) == [_pyroute2(flt, nl.RTM_NEWTFILTER, nl.CREATE, 1)]
+    assert struct.unpack_from("I", _bytes(b)[0], 20)[0] == 0xFFFFFFFF
 
 
 def _veth_reference(ifname, ifindex, mac, mtu, peer_ifname, peer_ifindex, peer_mac, peer_ns_fd, gso_max_segs):

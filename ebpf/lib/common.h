@@ -37,6 +37,9 @@
 #ifndef FLOW_SIZE
 #define FLOW_SIZE 16384           /* LRU: per-(switch, 5-tuple) state at switches with a choice */
 #endif
+#ifndef FTB_INT_STAGE
+#define FTB_INT_STAGE 1           /* 0: the INT stage is left out (INT off: nothing tail-calls it; saves compile time) */
+#endif
 
 #define FTB_ALWAYS_INLINE static inline __attribute__((always_inline))
 

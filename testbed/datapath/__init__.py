@@ -46,6 +46,8 @@ HOST_PROGRAM = "ftb_host_ingress"
 STAGES = ("ftb_stage_adaptive", "ftb_stage_forward", "ftb_stage_failover",   # tail-call stages, in the order of
           "ftb_stage_int")                                                    # STAGE_* (common.h)
 INT_STAGE = "ftb_stage_int"
+ADAPTIVE_STAGE = "ftb_stage_adaptive"
+ADAPTIVE_MODES = ("adaptive", "dlb")   # the load-balancing modes whose choice runs in ADAPTIVE_STAGE (switch.c)
 CONTROL_PROGRAM = "ftb_ctl"          # user space's atomic changes to the queue model (run with PROG_TEST_RUN)
 MODES = {"ecmp": 0, "flowlet": 1, "spray": 2, "adaptive": 3, "wcmp": 4, "dlb": 5}
 WCMP_GRANULARITY = {"flow": 0, "flowlet": 1, "packet": 2}
@@ -218,7 +220,8 @@ class Datapath:
         kheaders.ensure()
         BPF = import_bcc()
         text = source.render(source.EBPF_DIR / "switch.c")
-        cflags = [f"-D{k}={v}" for k, v in self.sizes.items()]
+        # INT off: the INT stage is not compiled at all (nothing can tail-call it; a fifth less compile time)
+        cflags = [f"-D{k}={v}" for k, v in self.sizes.items()] + [f"-DFTB_INT_STAGE={int(self.int_spec is not None)}"]
         t0 = time.perf_counter()
         with quiet_stderr() as err:
             try:
@@ -227,10 +230,11 @@ class Datapath:
                 self._nic = bpf.load_func(NIC_RELEASE.encode(), BPF.XDP)
                 self._host_fn = bpf.load_func(HOST_PROGRAM.encode(), BPF.SCHED_CLS)
                 self._ctl = bpf.load_func(CONTROL_PROGRAM.encode(), BPF.SCHED_CLS)
-                # the INT stage only where INT is on: nothing tail-calls it otherwise, and its verification
-                # is time every lab would pay
-                self._stages = [bpf.load_func(name.encode(), BPF.SCHED_CLS)
-                                if name != INT_STAGE or self.int_spec is not None else None for name in STAGES]
+                # the INT stage only where INT is on, the adaptive stage only once a switch's mode needs it
+                # (set_mode): nothing tail-calls them otherwise, and verifying them (0.4 and 0.5 s) is time
+                # every lab would pay
+                self._stages = [bpf.load_func(name.encode(), BPF.SCHED_CLS) if self._stage_needed(name) else None
+                                for name in STAGES]
             except Exception as e:   # BCC raises bare Exception with the details on stderr
                 log = err.text()
                 first = _first_error(log) or str(e)
@@ -254,6 +258,27 @@ class Datapath:
             self.close()
             raise
         return self
+
+    def _stage_needed(self, name: str, switch_spec=None) -> bool:
+        """Whether a tail-call stage can be reached: INT only with INT on, adaptive only where a switch's mode
+        (adaptive routing or DLB) calls it."""
+        if name == INT_STAGE:
+            return self.int_spec is not None
+        if name == ADAPTIVE_STAGE:
+            return (switch_spec or self.switch_spec).load_balancing in ADAPTIVE_MODES
+        return True
+
+    def _ensure_stage(self, name: str) -> None:
+        """Load a stage left out at load time, before anything can tail-call it."""
+        i = STAGES.index(name)
+        if self._stages[i] is None:
+            with quiet_stderr() as err:
+                try:
+                    self._stages[i] = self._bpf.load_func(name.encode(), import_bcc().SCHED_CLS)
+                except Exception as e:   # BCC raises bare Exception with the details on stderr
+                    raise DatapathError(f"eBPF stage {name} failed to load: {_first_error(err.text()) or e}") \
+                        from None
+            self._bpf[b"stages"][ct.c_int(i)] = ct.c_int(self._stages[i].fd)
 
     @property
     def ingress_fd(self) -> int:
@@ -530,6 +555,8 @@ class Datapath:
         """Apply a SwitchSpec (load balancing, flowlet timeout, spray kind, hash seed) live, to every switch or
         to the named ones. Existing flowlet state stays; call clear_flows() for a clean slate."""
         self._need()
+        if self._stage_needed(ADAPTIVE_STAGE, switch_spec):
+            self._ensure_stage(ADAPTIVE_STAGE)
         if switches is None:
             self.switch_spec = switch_spec
         t = self._bpf[b"sw_config"]

@@ -2,8 +2,10 @@
 
 A namespace is made by a worker thread that unshares its own network namespace and bind-mounts
 ``/proc/thread-self/ns/net`` on ``/run/netns/<name>``; the main thread never changes namespace. Threads only
-help here (namespace creation is not serialised on the rtnl lock). Mount-point files are hard links of one
-anchor inode: on ext4, many create/delete cycles of distinct files made mounting slow (docs/architecture.md, 3.8).
+help here (namespace creation is not serialised on the rtnl lock). The mount-point files of one ``create`` call
+are hard links of one unnamed file (O_TMPFILE) in ``/run/netns``'s own mount: on ext4 every new inode costs a scan
+of the recently deleted ones, which made a 1,344-namespace build 2-3x slower after the previous one
+(docs/architecture.md, 3.8).
 
 Every namespace this tool makes starts with ``PREFIX``; that is how ``testbed clean`` finds leftovers and why it
 never touches anything else.
@@ -28,16 +30,17 @@ PREFIX = "ftb-"
 MACHINE_PREFIX = PREFIX + "m"
 NETNS_DIR = "/run/netns"
 STATE_DIR = "/run/fabric-testbed"
-_ANCHOR = os.path.join(STATE_DIR, "netns-anchor")     # outside NETNS_DIR so `ip netns list` never shows it
 
 CLONE_NEWNET = 0x40000000
 MS_BIND = 0x1000
 MNT_DETACH = 0x2
+AT_FDCWD, AT_SYMLINK_FOLLOW = -100, 0x400
 SIOCGIFFLAGS, IFF_RUNNING = 0x8913, 0x40
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.linkat.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
 T = TypeVar("T")
 
 
@@ -97,42 +100,43 @@ def pids_in(names: Iterable[str]) -> list[int]:
     return out
 
 
-def _prepare_dir() -> None:
+def _anchor() -> int | None:
+    """An unnamed file (O_TMPFILE) in ``NETNS_DIR``'s filesystem that a ``create`` call links every mount-point
+    file to, so that none of them needs an inode of its own; None where the filesystem cannot make one. It has to
+    live in the very mount of ``NETNS_DIR``: ``ip netns`` bind-mounts that directory onto itself, and a hard link
+    from anywhere else fails with EXDEV."""
     os.makedirs(NETNS_DIR, exist_ok=True)
-    os.makedirs(STATE_DIR, exist_ok=True)
-    if not os.path.exists(_ANCHOR):
-        open(_ANCHOR, "a").close()
-
-
-def _create_one(name: str, ipv6: bool = True) -> None:
-    p = path(name)
     try:
-        os.link(_ANCHOR, p)
+        return os.open(NETNS_DIR, os.O_TMPFILE | os.O_RDWR, 0o444)
+    except OSError:
+        return None
+
+
+def _mount_point(p: str, name: str, anchor: int | None) -> None:
+    """The file a namespace is bind-mounted on: a link of ``anchor``, else a plain empty file."""
+    if anchor is not None:
+        if _libc.linkat(AT_FDCWD, f"/proc/self/fd/{anchor}".encode(), AT_FDCWD, p.encode(), AT_SYMLINK_FOLLOW) == 0:
+            return
+        if ctypes.get_errno() == errno.EEXIST:
+            raise NetnsError(f"network namespace {name} already exists")
+    try:
+        os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_RDONLY))
     except FileExistsError:
         raise NetnsError(f"network namespace {name} already exists") from None
-    except OSError:                       # another filesystem (tmpfs /run/netns): a plain file then
-        os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_RDONLY))
+
+
+def _create_one(name: str, anchor: int | None = None) -> None:
+    p = path(name)
+    _mount_point(p, name, anchor)
     _check(_libc.unshare(CLONE_NEWNET), f"unshare for {name}")
     _check(_libc.mount(b"/proc/thread-self/ns/net", p.encode(), b"none", MS_BIND, None), f"mount {p}")
-    if not ipv6:
-        _no_ipv6_here()
 
 
-def _no_ipv6_here() -> None:
-    """Turn IPv6 off in the namespace this thread is in, before any interface exists: the fabric is IPv4, and a
-    new interface would otherwise send router/neighbour solicitations and MLD reports at link-up — frames the
-    switches can only discard, which made every port of a lossless run show "drops". (/proc/sys/net belongs to
-    the namespace of the thread that opens it.)"""
-    for scope in ("all", "default"):
-        with open(f"/proc/sys/net/ipv6/conf/{scope}/disable_ipv6", "w") as f:
-            f.write("1")
-
-
-def _worker(names: list[str], errors: list, socks: dict | None, ipv6: bool) -> None:
+def _worker(names: list[str], errors: list, socks: dict | None, anchor: int | None) -> None:
     # Each call to unshare leaves this thread in the namespace just made; the thread ends there.
     for n in names:
         try:
-            _create_one(n, ipv6)
+            _create_one(n, anchor)
             if socks is not None:         # opened here, the socket belongs to the namespace just made
                 socks[n] = _netlink_socket_here()
         except Exception as e:           # noqa: BLE001 — collected and re-raised by create()
@@ -140,23 +144,24 @@ def _worker(names: list[str], errors: list, socks: dict | None, ipv6: bool) -> N
             return
 
 
-def create(names: Iterable[str], threads: int = 2, netlink: bool = False,
-           ipv6: bool = True) -> dict[str, socket.socket]:
+def create(names: Iterable[str], threads: int = 2, netlink: bool = False) -> dict[str, socket.socket]:
     """Create every named namespace; on any failure remove the ones made and raise.
 
     With ``netlink=True`` also return a NETLINK_ROUTE socket living in each new namespace (made by the thread
-    that is inside it anyway, which saves a thread per namespace later). ``ipv6=False``: no IPv6 in them.
+    that is inside it anyway, which saves a thread per namespace later).
     """
     names = list(names)
-    _prepare_dir()
+    anchor = _anchor()
     errors: list = []
     socks: dict | None = {} if netlink else None
     chunks = [names[i::threads] for i in range(threads)]
-    workers = [threading.Thread(target=_worker, args=(c, errors, socks, ipv6)) for c in chunks if c]
+    workers = [threading.Thread(target=_worker, args=(c, errors, socks, anchor)) for c in chunks if c]
     for w in workers:
         w.start()
     for w in workers:
         w.join()
+    if anchor is not None:
+        os.close(anchor)                 # the links keep the inode
     if errors:
         for sk in (socks or {}).values():
             sk.close()
@@ -165,40 +170,33 @@ def create(names: Iterable[str], threads: int = 2, netlink: bool = False,
     return socks or {}
 
 
-def _adopt_one(name: str, source: str, ipv6: bool) -> socket.socket:
+def _adopt_one(name: str, source: str, anchor: int | None) -> socket.socket:
     """Bind-mount an existing namespace file (a container's ``/proc/<pid>/ns/net``) at ``name``; then, from a
-    thread inside it, the same as for a namespace made here: IPv6 off, a netlink socket."""
+    thread inside it, a netlink socket, as for a namespace made here."""
     p = path(name)
-    try:
-        os.link(_ANCHOR, p)
-    except FileExistsError:
-        raise NetnsError(f"network namespace {name} already exists") from None
-    except OSError:
-        os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_RDONLY))
+    _mount_point(p, name, anchor)
     _check(_libc.mount(source.encode(), p.encode(), b"none", MS_BIND, None), f"mount {source} on {p}")
-
-    def inside():
-        if not ipv6:
-            _no_ipv6_here()
-        return _netlink_socket_here()
-    return run_in(name, inside)
+    return netlink_socket(name)
 
 
-def adopt(sources: dict[str, str], ipv6: bool = True) -> dict[str, socket.socket]:
+def adopt(sources: dict[str, str]) -> dict[str, socket.socket]:
     """Give existing network namespaces (name → namespace file, e.g. a container's) a name under /run/netns, so
     that everything that enters, lists or deletes namespaces by name treats them like the ones ``create`` makes;
     return a NETLINK_ROUTE socket in each. ``delete`` only unmounts them: whoever made one (the container)
     frees it. On any failure the names made are removed and the error raised."""
-    _prepare_dir()
+    anchor = _anchor()
     socks: dict[str, socket.socket] = {}
     try:
         for name, source in sources.items():
-            socks[name] = _adopt_one(name, source, ipv6)
+            socks[name] = _adopt_one(name, source, anchor)
     except BaseException:
         for sk in socks.values():
             sk.close()
         delete(n for n in sources if os.path.lexists(path(n)))
         raise
+    finally:
+        if anchor is not None:
+            os.close(anchor)
     return socks
 
 
