@@ -418,18 +418,24 @@ def clean():
                    "[default: 8,32].")
 @click.option("--seconds", default=3.0, help="Traffic time per pps / RoCE send-rate measurement.")
 @click.option("--rounds", default=3, type=click.IntRange(min=1), help="Alternated rounds (pps, roce, docker); medians.")
+@click.option("--repeat", default=1, type=click.IntRange(min=1),
+              help="Build benchmark: runs per size, alternating whether the fabric or the floor is built first; "
+                   "medians of each run's own ratios to its floor, with their range.")
 @click.option("--vs", type=click.Choice(["mininet"]), default=None,
               help="Also build the same sizes with Debian's Mininet in this run (installed if absent) and print "
                    "the ratios.")
 @click.option("--mininet-timeout", type=click.FloatRange(min=1), default=None,
               help="Seconds per Mininet measurement (one variant at one size) before it counts as timed out "
                    "[default: 600].")
-def bench(what, sizes, seconds, rounds, vs, mininet_timeout):
+def bench(what, sizes, seconds, rounds, repeat, vs, mininet_timeout):
     """Benchmarks with same-run baselines (see testbed/bench/README.md)."""
     if vs and what in ("pps", "roce"):
         raise UserError("--vs mininet compares the build benchmark: use `testbed bench build --vs mininet`")
     if mininet_timeout is not None and not vs:
         raise UserError("--mininet-timeout needs --vs mininet")
+    if repeat > 1 and what not in ("build", "all"):
+        raise UserError(f"--repeat repeats the build benchmark: use `testbed bench build --repeat {repeat}` "
+                        f"(pps and roce take --rounds)")
     from . import bench as b
     if what == "cluster":
         _need_root("bench")
@@ -474,7 +480,7 @@ def bench(what, sizes, seconds, rounds, vs, mininet_timeout):
         raise UserError("--vs mininet: the Mininet baseline builds leaf-spine sizes (host counts), not ft<k>")
     _need_root("bench")
     if what in ("build", "all"):
-        b.print_build(build_sizes, vs=vs, mininet_timeout=mininet_timeout)
+        b.print_build(build_sizes, repeat=repeat, vs=vs, mininet_timeout=mininet_timeout)
     if what in ("pps", "all"):
         b.print_pps(seconds, rounds)
     if what in ("roce", "all"):

@@ -55,11 +55,38 @@ def test_mininet_ratio_formatting():
     assert mnb.format_run(failed, 0.5, 0.01) == "plain links  failed: Exception: boom"
 
 
+def test_repeated_runs_report_the_median_of_their_own_ratios():
+    """With --repeat, each run's figures are divided by that run's own floor; the median and range of those
+    ratios are reported (not the ratio of medians)."""
+    def run(up_ov, floor_up, down, floor_down):
+        r = bench.BuildResult(1024, (), 1344, 3072, "ft16", "ft16", up=2 * up_ov, up_fabric=up_ov,
+                              down=down, floor_up=floor_up, floor_down=floor_down)
+        r.up_overlapped = up_ov
+        return r
+    runs = [run(3.0, 2.5, 0.5, 0.5), run(3.3, 3.0, 0.4, 0.5), run(2.6, 2.5, 0.6, 0.4)]
+    r = bench._median_result(runs)
+    assert r.ratio_median("up") == pytest.approx((1.1, 1.04, 1.2))
+    assert r.ratio_median("up_sequential") == pytest.approx((2.2, 2.08, 2.4))
+    assert r.ratio_median("down") == pytest.approx((1.0, 0.8, 1.5))
+    assert r.ratio_median("down_kernel") == (None, None, None)
+    assert bench._m(r, "up") == "1.10x (1.04-1.20)"
+    one = runs[0]                                      # a single run: its own ratio
+    assert one.ratio_median("up") == pytest.approx((1.2, 1.2, 1.2)) and bench._m(one, "up") == "1.20x"
+    lines = []
+    bench._fat_tree_goal(lines.append, r)
+    assert "up 1.10x (1.04-1.20) (compile overlapped, as a lab does) met" in lines[0]
+    assert "down 1.00x (0.80-1.50) met" in lines[0]
+
+
 def test_bench_cli_arguments():
     r = CliRunner().invoke(cli, ["bench", "pps", "--vs", "mininet"])
     assert r.exit_code == 1 and "error: --vs mininet compares the build benchmark" in r.output
     r = CliRunner().invoke(cli, ["bench", "build", "--vs", "ovs"])
     assert r.exit_code == 2 and "Invalid value for '--vs'" in r.output
+    r = CliRunner().invoke(cli, ["bench", "pps", "--repeat", "3"])
+    assert r.exit_code == 1 and "--repeat repeats the build benchmark" in r.output
+    r = CliRunner().invoke(cli, ["bench", "build", "--repeat", "0"])
+    assert r.exit_code == 2 and "Invalid value for '--repeat'" in r.output
     r = CliRunner().invoke(cli, ["bench", "build", "--mininet-timeout", "5"])
     assert r.exit_code == 1 and "--mininet-timeout needs --vs mininet" in r.output
     r = CliRunner().invoke(cli, ["bench", "build", "--sizes", "16,abc"])
@@ -128,18 +155,41 @@ def test_mininet_baseline_16_hosts():
 def test_build_bench_16_hosts():
     out = io.StringIO()
     try:
-        [r] = bench.print_build([16], out=out)
+        [r] = bench.print_build([16], repeat=2, out=out)
     finally:
         leftovers = bench.bench_namespaces()
     text = out.getvalue()
     assert "16 hosts" in text and "phase (s)" in text
     assert "Mininet" not in text                 # nothing about Mininet without vs="mininet"
     assert r.namespaces == 24 and r.veths == 32
-    for k in ("namespaces", "links", "config", "offloads", "attach", "teardown", "dp_compile"):
+    for k in ("namespaces", "links", "config", "offloads", "attach", "nic_release", "teardown", "dp_compile"):
         assert r.phases[k] >= 0
     assert r.up > 0 and r.down > 0 and r.floor_up > 0
     assert r.down_kernel is not None and r.down_kernel >= 0
+    assert len(r.runs) == 2 and all(x.up_overlapped > 0 and x.floor_up > 0 for x in r.runs)
+    assert "run 1: up" in text and "run 2 (floor first): up" in text and "median of the 2 runs' own ratios" in text
     assert leftovers == []
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@needs_root
+def test_fat_tree_k16_builds_within_its_goal_of_the_same_run_floor():
+    """Issue 10's benchmark: fat-tree k=16 with shaping and eBPF, up and down against the same-run kernel floor,
+    3 runs. Measured in 3 invocations (9 runs) on the 2-core VM: median up 1.20-1.26x (runs 1.08-1.45x), median
+    down 0.71-1.24x, compile after the build 1.88-1.92x; the bounds sit just above the worst median seen."""
+    out = io.StringIO()
+    try:
+        [r] = bench.print_build(["ft16"], repeat=3, out=out)
+    finally:
+        leftovers = bench.bench_namespaces()
+    assert leftovers == []
+    assert r.namespaces == 1344 and r.veths == 3072 and r.hosts == 1024
+    up, down = r.ratio_median("up")[0], r.ratio_median("down")[0]
+    assert up <= 1.3, out.getvalue()
+    assert down <= 1.3, out.getvalue()
+    assert up < r.ratio_median("up_sequential")[0], out.getvalue()      # the compile overlaps the build
+    assert "goal: <= 1.3x the same-run floor -> up" in out.getvalue()
 
 
 @pytest.mark.e2e
@@ -182,5 +232,11 @@ def test_reroute_bench_ft4(capsys):
         assert 0 < r.detected_ms <= r.rerouted_ms < 200, r
         assert 0 <= r.lost <= 20, r
     assert sm.compute_ms is not None and sm.compute_ms > 0 and sm.install_ms is not None
-    assert base.compute_ms is None
+    # the sweep's own account: it computed and wrote the tables before every switch forwarded by them (held
+    # spans compute and install), within the failover seen on the wire. (Its wait, sm.csv detect_s, is not
+    # bounded here: when the sweep reads a port's change before the watcher's notification is processed, the
+    # SM keeps the port's previous event time, and detect_s came out 1.4 s in 1 of 2 runs.)
+    assert sm.sweep_detect_ms is not None and sm.sweep_detect_ms >= 0, sm
+    assert sm.compute_ms + sm.install_ms <= sm.held_ms + 0.5 and sm.held_ms <= sm.rerouted_ms, sm
+    assert base.compute_ms is None and base.held_ms is None
     assert not [n for n in netns.list_names() if n.startswith(f"{netns.PREFIX}r")]
