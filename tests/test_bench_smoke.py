@@ -180,7 +180,7 @@ def test_fat_tree_k16_builds_within_its_goal_of_the_same_run_floor():
     down 0.71-1.24x, compile after the build 1.88-1.92x; the bounds sit just above the worst median seen."""
     out = io.StringIO()
     try:
-        [r] = bench.print_build(["ft16"], repeat=3, out=out)
+        [r] = bench.print_build(["ft16"], repeat=5, out=out)
     finally:
         leftovers = bench.bench_namespaces()
     assert leftovers == []
@@ -233,10 +233,10 @@ def test_reroute_bench_ft4(capsys):
         assert 0 <= r.lost <= 20, r
     assert sm.compute_ms is not None and sm.compute_ms > 0 and sm.install_ms is not None
     # the sweep's own account: it computed and wrote the tables before every switch forwarded by them (held
-    # spans compute and install), within the failover seen on the wire. (Its wait, sm.csv detect_s, is not
-    # bounded here: when the sweep reads a port's change before the watcher's notification is processed, the
-    # SM keeps the port's previous event time, and detect_s came out 1.4 s in 1 of 2 runs.)
-    assert sm.sweep_detect_ms is not None and sm.sweep_detect_ms >= 0, sm
+    # spans compute and install), within the failover seen on the wire; its wait (sm.csv detect_s) within one
+    # 10 ms sweep interval and the sweep's own dump (a sweep that read the change before the watcher had taken
+    # its notification once timed it from the port's previous event: 1.4 s)
+    assert sm.sweep_detect_ms is not None and 0 <= sm.sweep_detect_ms <= 10 + 20, sm
     assert sm.compute_ms + sm.install_ms <= sm.held_ms + 0.5 and sm.held_ms <= sm.rerouted_ms, sm
     assert base.compute_ms is None and base.held_ms is None
     assert not [n for n in netns.list_names() if n.startswith(f"{netns.PREFIX}r")]

@@ -264,6 +264,20 @@ class _Agent:
                 return out
             out += [(i, up) for i, up in parse_links(data)[0] if i in self.switch_of]
 
+    def _take_events(self, fds, t: float) -> list[tuple[int, bool]]:
+        """Apply the link notifications waiting on ``fds`` (seen at ``t``): local fast failover at once, and the
+        event time each port's next re-route measures its detection from."""
+        changed = []
+        for fd in fds:
+            for i, up in self._events(fd):
+                if self.state.get(i) != up:
+                    self.state[i] = up
+                    self._mark(i, up)
+                    self.last_event[i] = t
+                    changed.append((i, up))
+                    self.local.append({"t": t, "ifindex": i, "up": up})
+        return changed
+
     def _mark(self, ifindex: int, up: bool) -> None:
         self.port_down[self.port_down.Key(ifindex)] = self.port_down.Leaf(0 if up else 1)
 
@@ -310,6 +324,10 @@ class _Agent:
             self.errors.append(f"sweep {self.sweeps}: {e}")
             return
         t_read = time.time()
+        # a change the dump shows has its notification queued already (the kernel sends it as the state
+        # changes): take it now, or the re-route would be timed from the port's previous event. It happened
+        # after the loop last drained the watcher, just before this sweep began: timed from the sweep's start
+        self._take_events(list(self.sock_sw), t0)
         self.sweeps += 1
         self.sweep_s.append(t_read - t0)
         changed = [(i, up) for i, up in state.items() if self.view.get(i) != up]
@@ -337,16 +355,8 @@ class _Agent:
                 readable = wait_readable(fds, timeout)
             except InterruptedError:
                 continue
-            changed = []
             t = time.time()
-            for fd in readable:
-                for i, up in self._events(fd):
-                    if self.state.get(i) != up:
-                        self.state[i] = up
-                        self._mark(i, up)                          # local fast failover, at once
-                        self.last_event[i] = t
-                        changed.append((i, up))
-                        self.local.append({"t": t, "ifindex": i, "up": up})
+            changed = self._take_events(readable, t)
             if changed and not self.sm:
                 # the routing protocol's part: everything else stops using what the failure cut off
                 self._route(self.state, t, changed, "reroute")
