@@ -137,7 +137,11 @@ def test_timely_gradient_regions():
     s, p = _timely()
     s.update(5e-3)                                       # first sample: gradient 0 → + δ
     s.update(6e-3)                                       # rtt_diff = 0.875 ms, gradient 0.875 → × (1 − 0.7)
-    assert s.rate == pytest.approx((50e6 + 100e3) * (1 - 0.8 * 0.875e-3 / 5e-3))   # gradient ÷ measured min RTT
+    assert s.rate == pytest.approx((50e6 + 100e3) * (1 - 0.5))   # gradient ÷ base RTT (1 ms): the cut is capped at ½
+    s, p = _timely()
+    s.update(5e-3)
+    s.update(5.2e-3)                                     # rtt_diff = 0.175 ms: gradient 0.175
+    assert s.rate == pytest.approx((50e6 + 100e3) * (1 - 0.8 * 0.175e-3 / RTT))
     s, p = _timely()
     rates = []
     for k in range(6):                                   # falling RTTs: negative gradients; HAI from the 5th
@@ -160,7 +164,24 @@ def test_timely_updates_once_per_segment():
     s.on_ack(1.0019, acked_bytes=1024, rtt_s=2e-3, ecn=False, inflight=0)
     assert s.rate == pytest.approx(50.1e6)               # 1 KB, 1.9 ms: neither a segment nor an RTT
     s.on_ack(1.0021, acked_bytes=1024, rtt_s=2e-3, ecn=False, inflight=0)
-    assert s.rate == pytest.approx(50.2e6)               # an RTT since the last update: a completion
+    assert s.rate == pytest.approx(50.1e6 + 1.05 * 100e3)   # an RTT since the last update: a completion, δ per RTT
+
+
+def test_timely_increases_by_delta_per_rtt_since_the_last_completion_and_cuts_once_per_rtt_on_loss():
+    p = TimelyParams.scaled(RATE, RTT)
+    s = TimelySender(p, 1.0)
+    s.rate = 1e6
+    s.on_ack(1.0, acked_bytes=8192, rtt_s=1e-3, ecn=False, inflight=0)      # a completion: + δ
+    s.on_ack(1.010, acked_bytes=1024, rtt_s=1e-3, ecn=False, inflight=0)    # 10 RTTs later (a sparse flow): + 10 δ
+    assert s.rate == pytest.approx(1e6 + 11 * 100e3)
+    s.on_ack(2.0, acked_bytes=1024, rtt_s=1e-3, ecn=False, inflight=0)      # after an idle second: at most 64 δ
+    assert s.rate == pytest.approx(1e6 + 75 * 100e3)
+    r = s.rate
+    for k in range(5):                                  # a burst of NAKs within one RTT: one cut
+        s.on_loss(3.0 + k * 1e-4, "nak")
+    assert s.rate == pytest.approx(r / 2)
+    s.on_loss(3.0012, "timeout")                        # the next RTT: another
+    assert s.rate == pytest.approx(r / 4) and s.stats()["timely_loss_cuts"] == 2
 
 
 # ------------------------------------------------------------------ HPCC
@@ -285,7 +306,8 @@ def test_registry_and_errors():
         SwiftParams.scaled(RATE, 0.0)
     with pytest.raises(ValueError, match="unknown congestion-control parameter 'bogus'"):
         NsccParams.scaled(RATE, RTT, bogus=1)
-    assert estimate_base_rtt([100e6] * 4, 1250, one_way_delay_s=50e-6) == pytest.approx(4 * 100e-6 + 100e-6 + 200e-6)
+    assert estimate_base_rtt([100e6] * 4, 1250, one_way_delay_s=50e-6) == pytest.approx(100e-6 + 100e-6 + 200e-6)
+    assert estimate_base_rtt([100e6, 50e6, 100e6], 1250) == pytest.approx(200e-6 + 200e-6)   # the slowest link, once
 
 
 # ------------------------------------------------------------------ closed loop: two flows, one bottleneck
@@ -341,8 +363,8 @@ def test_scenario_cc_keys_reach_the_agents(monkeypatch):
     assert set(o) == {"nscc", "eqds"}
     assert o["nscc"]["target_qdelay_s"] == pytest.approx(300e-6) and o["nscc"]["base_rtt_s"] == pytest.approx(1e-3)
     assert o["eqds"]["overcommit"] == 1.05 and o["nscc"]["mss"] == 1024
-    # estimated: 4 links at 100 Mbit/s × 1500 bytes + 200 µs
-    assert o["eqds"]["base_rtt_s"] == pytest.approx(4 * 120e-6 + 200e-6)
+    # estimated: one 1500-byte packet at 100 Mbit/s (the slowest link, once) + 200 µs
+    assert o["eqds"]["base_rtt_s"] == pytest.approx(120e-6 + 200e-6)
     assert fl.roce_opts(_scen(cc="dcqcn").traffic, topo).get("cc_params") is None
 
 

@@ -58,7 +58,7 @@ MIN_MAX_NH = 16
 PORT_VALID = 1
 PORT_EDGE = 2                        # the port faces a host: INT's source and sink (common.h)
 INT_STATS = ("sourced", "no_room", "transit", "exceeded", "exported", "export_lost", "failed",   # INT_* (common.h)
-             "probes")
+             "probes", "delivered")
 
 
 @dataclass
@@ -165,12 +165,16 @@ def _first_error(log: str) -> str:
 class Datapath:
     """Compile, load and configure the switch program; read its counters. One object serves every switch."""
 
-    def __init__(self, topo, switch_spec, ports: dict[int, PortConfig] | None = None, int_spec=None):
+    def __init__(self, topo, switch_spec, ports: dict[int, PortConfig] | None = None, int_spec=None,
+                 host_stacks: bool = False):
         """``ports``: every port's egress configuration (fabric.port), the same objects the fabric builder used;
-        default: computed from ``switch_spec``. ``int_spec``: the scenario's ``telemetry.int`` (None: off)."""
+        default: computed from ``switch_spec``. ``int_spec``: the scenario's ``telemetry.int`` (None: off).
+        ``host_stacks``: every switch adds its INT record to the stacks hosts start (Scenario.host_int_hops:
+        traffic.cc hpcc)."""
         self.topo = topo
         self.switch_spec = switch_spec
         self.int_spec = int_spec if int_spec is not None and int_spec.enabled else None
+        self.host_stacks = bool(host_stacks)
         self.ports = ports if ports is not None else port_configs(topo, switch_spec)
         self._bpf = None
         self.resyncs = 0                       # queue models reset to the real backlog (sync_queue_models)
@@ -230,7 +234,7 @@ class Datapath:
                 # the INT stage only where INT is on: nothing tail-calls it otherwise, and its verification
                 # is time every lab would pay
                 self._stages = [bpf.load_func(name.encode(), BPF.SCHED_CLS)
-                                if name != INT_STAGE or self.int_spec is not None else None for name in STAGES]
+                                if name != INT_STAGE or self.int_on else None for name in STAGES]
             except Exception as e:   # BCC raises bare Exception with the details on stderr
                 log = err.text()
                 first = _first_error(log) or str(e)
@@ -298,7 +302,7 @@ class Datapath:
             v = cfg_t.Leaf()
             tc = q.traffic_classes
             for d in range(64):          # with INT, DSCP bit 0 marks a stack: d | 1 is classified as d
-                v.dscp_prio[d] = tc.dscp.get(d & ~1 if self.int_spec else d, tc.default)
+                v.dscp_prio[d] = tc.dscp.get(d & ~1 if self.int_on else d, tc.default)
             v.pfc = 1 if (q.pfc.enabled and tc.lossless) else 0
             v.credit = 1 if (q.credit.enabled and tc.lossless) else 0
             v.lossless = sum(1 << p for p in q.lossless)       # without PFC or credits nothing is lossless
@@ -560,13 +564,20 @@ class Datapath:
 
     # ---------------------------------------------------------------- in-band telemetry
 
+    @property
+    def int_on(self) -> bool:
+        """The INT stage runs: leaf stacks (telemetry.int) or host stacks (hpcc)."""
+        return self.int_spec is not None or self.host_stacks
+
     def _fill_int(self) -> None:
-        i = self.int_spec
-        if i is None:
+        if not self.int_on:
             return
+        i = self.int_spec
         t = self._bpf[b"int_config"]
         v = t.Leaf()
-        v.enabled, v.sample, v.max_hops = 1, i.sample, i.max_hops
+        if i is not None:
+            v.enabled, v.sample, v.max_hops = 1, i.sample, i.max_hops
+        v.host_stacks = 1 if self.host_stacks else 0
         v.mtu = max([self.topo.spec.mtu] + [c.mtu for c in self.ports.values() if c.port.role not in HOST_LINK_ROLES])
         t[t.Key(0)] = v
 
