@@ -374,6 +374,34 @@ def test_scenario_cc_params_without_their_cc_are_an_error():
         _scen(cc="nscc", swift={"ai": 2})
 
 
+def test_hpcc_needs_one_path_no_trimming_and_even_dscps_and_gets_room_for_its_int_stack():
+    """One line naming the key for what hpcc cannot run with; the INT stack's room on every link, and the record
+    count the senders' stacks carry (the longest path's switches)."""
+    from testbed.fabric.port import port_configs
+    from testbed.scenario import ScenarioError, from_dict
+    from testbed.topology import build as build_topology
+    from testbed.workloads import flows as fl
+    for extra, key in (({"roce": {"entropy": "reps"}}, "traffic.roce.entropy: hpcc computes each hop's rate"),
+                       ({"dscp": 27}, "traffic.dscp: traffic.cc hpcc carries INT stacks"),
+                       ({"switch": {"trim": {"enabled": True}}}, "switch.trim.enabled: not with traffic.cc hpcc")):
+        sw = extra.pop("switch", None)
+        doc = {"topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 1},
+               "traffic": {"engine": "roce", "pattern": "pairs", "pairs": [["h0", "h1"]], "cc": "hpcc", **extra}}
+        if sw:
+            doc["switch"] = sw
+        with pytest.raises(ScenarioError, match=key):
+            from_dict(doc)
+    sc = _scen(cc="hpcc")
+    assert sc.host_int_hops == 3 and sc.host_mtu == 1500 + 16 + 3 * 32 and sc.fabric_mtu == sc.host_mtu
+    topo = build_topology(sc.topology)
+    assert {c.mtu for c in port_configs(topo, sc.switch, fabric_mtu=sc.fabric_mtu, host_mtu=sc.host_mtu).values()} \
+        == {1612}
+    assert fl.roce_opts(sc.traffic, topo)["int_hops"] == 3
+    assert _scen(cc="swift").host_mtu == 1500 and fl.roce_opts(_scen(cc="swift").traffic, topo)["int_hops"] == 0
+    fat = from_dict({"topology": {"kind": "fat-tree", "k": 4}, "traffic": {"engine": "roce", "cc": "hpcc"}})
+    assert fat.host_int_hops == 5
+
+
 def test_model_nscc_shares_by_fair_increase_and_ecn_decrease():
     """With the window cap out of the way (4 BDP) and marking near NSCC's target, fairness must come from the
     control law itself: both flows fair-increase and multiplicatively decrease."""
@@ -402,3 +430,11 @@ def test_model_eight_flows_share(cc):
     print(f"\n[model 8 flows {cc}] jain {r.jain:.4f}, queue p99 {r.queue_p99 / 1e3:.1f} KB, util {r.utilisation:.3f}")
     # TIMELY's bounded once-per-RTT decrease leaves 0.88 of the link used in this model (the others ≥ 0.9)
     assert r.jain >= 0.95 and r.utilisation >= (0.85 if cc == "timely" else 0.9)
+
+
+def test_an_hpcc_run_whose_stacks_never_arrived_is_degraded_in_the_manifest():
+    from testbed.runner import _int_degradations
+    stats = {"delivered": 0, "export_lost": 0, "failed": 0}
+    assert "no HPCC data packet reached its receiver with an INT stack" in _int_degradations(stats, _scen(cc="hpcc"))[0]
+    assert _int_degradations(dict(stats, delivered=5), _scen(cc="hpcc")) == []
+    assert _int_degradations(stats, _scen(cc="swift")) == []

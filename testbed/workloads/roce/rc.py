@@ -1080,7 +1080,7 @@ class Requester:
         if self.hi <= self.una:
             self.last_progress = now
         pe = self.psn_ent if self.track_ent else None
-        hi, retrans, nbytes, nwire = self.hi, 0, 0, 0
+        hi, retrans, nbytes, nwire, una = self.hi, 0, 0, 0, self.una
         for idx, from_q, ln, ent, wire in meta:
             if pe is not None:
                 if idx >= len(pe):
@@ -1090,13 +1090,13 @@ class Requester:
                 self.nxt = idx + 1
             if idx < hi:
                 retrans += 1
+                if idx == una:                        # the oldest outstanding PSN left again: its timer starts
+                    self.last_progress = now
             else:
                 hi = idx + 1
             nbytes += ln
             nwire += wire
         self.hi = hi
-        if retrans:                                   # a retransmission left: its timer starts now
-            self.last_progress = now
         self.retrans += retrans
         self.bytes += nbytes
         self.sent += len(meta)
