@@ -349,16 +349,11 @@ def _scen(**traffic):
                                             **traffic}})
 
 
-def test_scenario_cc_keys_reach_the_agents(monkeypatch):
+def test_scenario_cc_keys_reach_the_agents():
     from testbed.topology import build as build_topology
     from testbed.workloads import flows as fl
-    from testbed.workloads.roce import rc
     sc = _scen(cc="nscc+eqds", nscc={"target_qdelay": "300us", "base_rtt": "1ms"}, eqds={"overcommit": 1.05})
     topo = build_topology(sc.topology)
-    monkeypatch.setattr(rc, "CC_WIRED", ("none", "dcqcn", "nscc"), raising=False)
-    with pytest.raises(ValueError, match="traffic.cc: 'nscc\\+eqds' is not wired into the RoCE engine yet"):
-        fl.roce_opts(sc.traffic, topo)
-    monkeypatch.setattr(rc, "CC_WIRED", ("none", "dcqcn", "nscc+eqds"), raising=False)
     o = fl.roce_opts(sc.traffic, topo)["cc_params"]
     assert set(o) == {"nscc", "eqds"}
     assert o["nscc"]["target_qdelay_s"] == pytest.approx(300e-6) and o["nscc"]["base_rtt_s"] == pytest.approx(1e-3)

@@ -72,9 +72,6 @@ SOL_UDP, UDP_SEGMENT = 17, 103
 SOFT_ERRNOS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN)
 
 
-#: the traffic.cc values this engine drives (flows.roce_opts refuses the others in one line)
-CC_WIRED = ("none", "dcqcn", "nscc", "swift", "timely", "hpcc", "eqds", "nscc+eqds")
-
 GOT, NAKED, NAKED_GOT = 1, 2, 3      # ooo receiver's per-PSN bits: received, NAKed (0: missing)
 _SACK_BITS = bytes(0x31 if v & GOT else 0x30 for v in range(256))   # per-PSN state → SACK bit character
 
