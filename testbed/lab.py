@@ -172,7 +172,7 @@ class Lab:
         self.metrics = metrics
         whole = topology.build(scen.topology)
         self.ports = port_configs(whole, scen.switch, scen.hosts.pfc,  # every port's egress, built once
-                                  scen.fabric_mtu)
+                                  scen.fabric_mtu, scen.host_mtu)
         self.topo = whole if nodes is None else whole.restrict(nodes)
         hooked = self.topo.switches + (self.topo.hosts if self.pfc_on and scen.hosts.pfc else [])
         self.fabric = Fabric(self.topo, name, self.ports, tunnels, hooked)  # clsact where eBPF programs will go
@@ -225,7 +225,8 @@ class Lab:
             from concurrent.futures import wait as wait_futures
 
             from .datapath import Datapath
-            self.datapath = Datapath(self.topo, self.scen.switch, self.ports, self.scen.telemetry.int)
+            self.datapath = Datapath(self.topo, self.scen.switch, self.ports, self.scen.telemetry.int,
+                                     host_stacks=self.scen.host_int_hops > 0)
             # BCC compiles in C without the GIL: overlap it with the kernel building the fabric
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcc")
             compiled = None

@@ -214,9 +214,13 @@ def _degradations(sampler, lab: Lab, acct, traffic: Traffic) -> list[str]:
     return out
 
 
-def _int_degradations(stats: dict | None) -> list[str]:
-    """What INT could not do: reports lost for a full ring buffer, packets it could not instrument."""
+def _int_degradations(stats: dict | None, scen) -> list[str]:
+    """What INT could not do: reports lost for a full ring buffer, packets it could not instrument, HPCC's host
+    stacks that never reached a receiver (its flows would have run on their initial window)."""
     out = []
+    if stats and scen.host_int_hops and not stats["delivered"]:
+        out.append("INT: no HPCC data packet reached its receiver with an INT stack: traffic.cc hpcc had no hop "
+                   "records to compute its window from")
     if stats and stats["export_lost"]:
         out.append(f"INT: {stats['export_lost']} report(s) lost (the ring buffer was full; int.csv lacks them)")
     if stats and stats["failed"]:
@@ -356,7 +360,9 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
             used = telemetry.paths_used(topo, lab.datapath.flow_paths(), traffic.flows)
             int_rows = int_stats = None
             if collector is not None:
-                int_rows, int_stats = collector.rows(topo, traffic.flows), lab.datapath.int_counters()
+                int_rows = collector.rows(topo, traffic.flows)
+            if lab.datapath.int_on:                     # telemetry.int or hpcc's host stacks
+                int_stats = lab.datapath.int_counters()
             drops = lab.datapath.drop_counters()
             resyncs = lab.datapath.resyncs
             timings = dict(lab.fabric.timings)
@@ -366,12 +372,13 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         if err and err not in failures:
             failures.append(err)
     ended = time.time()
-    degradations = _degradations(sampler, lab, acct, traffic) + _int_degradations(int_stats)
+    degradations = _degradations(sampler, lab, acct, traffic) + _int_degradations(int_stats, scen)
     for d in degradations:
         log(f"degraded: {d}")
     manifest = _manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic, failures, degradations,
                          drops=drops, resyncs=resyncs, timings=timings, pcaps=pcaps, origin=origin)
-    manifest["int"] = dict(int_stats, fabric_mtu=scen.fabric_mtu) if int_stats is not None else None
+    manifest["int"] = (dict(int_stats, fabric_mtu=scen.fabric_mtu, host_stacks=scen.host_int_hops > 0,
+                            host_mtu=scen.host_mtu) if int_stats is not None else None)
     manifest["wcmp_controller"] = controller.health() if controller is not None else None
     manifest["metrics"] = lab.exporter_results or None
     manifest["docker"] = lab.containers.manifest() if lab.containers is not None else None

@@ -262,6 +262,11 @@ class TopologySpec(Strict):
         return TIERS[:2] if self.kind == "leaf-spine" else TIERS
 
     @property
+    def path_switches(self) -> int:
+        """Switches on the longest host-to-host path (up every tier and down again)."""
+        return 2 * len(self.tiers) - 1
+
+    @property
     def hosts(self) -> int:
         if self.kind == "leaf-spine":
             return self.leaves * self.hosts_per_leaf
@@ -1061,11 +1066,26 @@ class Scenario(Strict):
     @property
     def fabric_mtu(self) -> int:
         """The MTU of links between switches: the topology's, plus room for the largest INT stack when INT is on
-        (as fabrics run 9216 under hosts' 9000), unless `telemetry.int.fabric_mtu` says otherwise."""
+        (as fabrics run 9216 under hosts' 9000), unless `telemetry.int.fabric_mtu` says otherwise; at least the
+        host links' (`host_mtu`)."""
         i = self.telemetry.int
         if not i.enabled:
-            return self.topology.mtu
-        return i.fabric_mtu if i.fabric_mtu is not None else self.topology.mtu + i.room()
+            return self.host_mtu
+        return max(self.host_mtu, i.fabric_mtu if i.fabric_mtu is not None else self.topology.mtu + i.room())
+
+    @property
+    def host_int_hops(self) -> int:
+        """Hop records the INT stack of an HPCC flow's data packet gathers (its sender starts the stack, every
+        switch of the path adds a record, the receiver echoes them): the switches of the longest path; 0 unless
+        `traffic.cc` is hpcc."""
+        return self.topology.path_switches if self.traffic.cc == "hpcc" else 0
+
+    @property
+    def host_mtu(self) -> int:
+        """The MTU of host links: the topology's, plus room for an HPCC flow's INT stack (`host_int_hops`), whose
+        bytes travel to the receiving host as real bytes on the links (as HPCC's INT does)."""
+        h = self.host_int_hops
+        return self.topology.mtu + (INT_HEADER_BYTES + h * INT_HOP_BYTES if h else 0)
 
     def _wcmp_source_fits(self) -> None:
         """Measured WCMP weights need what they are measured from, and routes the controller may weigh."""
@@ -1081,19 +1101,26 @@ class Scenario(Strict):
 
     def _int_fits(self) -> None:
         """INT marks the packets that carry a stack with DSCP bit 0 (value 1): traffic that uses odd DSCPs would
-        be mistaken for it, and a fabric MTU below the hosts' would drop their full-sized packets."""
+        be mistaken for it, and a fabric MTU below the hosts' would drop their full-sized packets. HPCC's stacks
+        (host stacks) read consecutive records of one path, so its flows keep one entropy value."""
         i = self.telemetry.int
-        if not i.enabled:
+        hpcc = self.traffic.cc == "hpcc"
+        if not i.enabled and not hpcc:
             return
-        if i.fabric_mtu is not None and i.fabric_mtu < self.topology.mtu:
+        why = "INT marks" if i.enabled else "traffic.cc hpcc carries INT stacks and marks"
+        if hpcc and self.traffic.roce.entropy != "qp":
+            raise ValueError(f"@traffic.roce.entropy: hpcc computes each hop's rate from consecutive INT records "
+                             f"of one path; entropy {self.traffic.roce.entropy!r} sends a flow's packets over "
+                             f"several paths (use qp)")
+        if i.enabled and i.fabric_mtu is not None and i.fabric_mtu < self.topology.mtu:
             raise ValueError(f"@telemetry.int.fabric_mtu: {i.fabric_mtu} is below topology.mtu "
                              f"({self.topology.mtu}): links between switches would drop full-sized packets")
         odd = sorted({d for t in self.topology.tiers for d in self.switch.qos(t).traffic_classes.dscp if d & 1})
         if odd:
-            raise ValueError(f"@switch.traffic_classes.dscp: INT marks instrumented packets with DSCP bit 0, so "
+            raise ValueError(f"@switch.traffic_classes.dscp: {why} instrumented packets with DSCP bit 0, so "
                              f"odd DSCP values ({', '.join(map(str, odd))}) cannot be classified; use even ones")
         if self.traffic.wire_dscp & 1:
-            raise ValueError(f"@traffic.dscp: INT marks instrumented packets with DSCP bit 0; "
+            raise ValueError(f"@traffic.dscp: {why} instrumented packets with DSCP bit 0; "
                              f"{self.traffic.wire_dscp} is odd, use an even DSCP")
 
     def _trim_can_trim(self) -> None:
@@ -1121,6 +1148,9 @@ class Scenario(Strict):
         if self.telemetry.int.enabled:
             raise ValueError(f"@{where(first, 'enabled')}: not with telemetry.int.enabled: the INT stack sits "
                              f"between the UDP header and the BTH, where a trim cuts; turn one of them off")
+        if t.cc == "hpcc":
+            raise ValueError(f"@{where(first, 'enabled')}: not with traffic.cc hpcc: its INT stack sits between "
+                             f"the UDP header and the BTH, where a trim cuts; turn trimming off")
         if t.engine != "roce":
             raise ValueError(f"@{where(first, 'enabled')}: trims the built-in RoCE engine's packets (UDP 4791, "
                              f"traffic.engine: roce), whose receiver reads a trimmed header; traffic.engine "

@@ -121,15 +121,17 @@ def inside_port_namespace(ports, tag: str):
 def loaded_datapath(topo, switch_spec, ports, tag: str, scen: scenario.Scenario | None = None):
     """The switch program loaded for ``topo`` inside :func:`inside_port_namespace` (ports, tag), for a
     PROG_TEST_RUN module; the module is skipped with BCC's one-line reason if it cannot be built here. With
-    ``scen`` whose INT is on: its port configurations (fabric MTU) and INT settings too."""
+    ``scen`` whose INT is on (telemetry.int, or HPCC's host stacks): its port configurations (fabric and host MTU)
+    and INT settings too."""
     from testbed.datapath import Datapath, DatapathError
     from testbed.fabric.port import port_configs
-    extra = ()
-    if scen is not None and scen.telemetry.int.enabled:
-        extra = (port_configs(topo, switch_spec, scen.hosts.pfc, scen.fabric_mtu), scen.telemetry.int)
+    extra, kw = (), {}
+    if scen is not None and (scen.telemetry.int.enabled or scen.host_int_hops):
+        extra = (port_configs(topo, switch_spec, scen.hosts.pfc, scen.fabric_mtu, scen.host_mtu), scen.telemetry.int)
+        kw = {"host_stacks": scen.host_int_hops > 0}
     with inside_port_namespace(ports, tag):
         try:
-            dp = Datapath(topo, switch_spec, *extra).load()
+            dp = Datapath(topo, switch_spec, *extra, **kw).load()
         except DatapathError as e:
             pytest.skip(str(e))
         try:

@@ -20,7 +20,7 @@ class IntHop(Packet):
 class IntStack(Packet):
     name = "INT shim + INT-MD"
     fields_desc = [BitField("type", 1, 4), BitField("npt", 0, 2), BitField("rsvd0", 0, 2), ByteField("length", 0),
-                   ByteField("rsvd1", 0), ByteField("tos", 0),
+                   ByteField("flags", 0), ByteField("tos", 0),
                    BitField("ver", 2, 4), BitField("d", 0, 1), BitField("e", 0, 1), BitField("m", 0, 1),
                    BitField("rsvd2", 0, 12), BitField("hop_ml", 8, 5), ByteField("remaining", 0),
                    XShortField("instructions", 0), XShortField("ds_id", 0), XShortField("ds_instructions", 0),

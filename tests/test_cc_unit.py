@@ -137,7 +137,11 @@ def test_timely_gradient_regions():
     s, p = _timely()
     s.update(5e-3)                                       # first sample: gradient 0 → + δ
     s.update(6e-3)                                       # rtt_diff = 0.875 ms, gradient 0.875 → × (1 − 0.7)
-    assert s.rate == pytest.approx((50e6 + 100e3) * (1 - 0.8 * 0.875e-3 / 5e-3))   # gradient ÷ measured min RTT
+    assert s.rate == pytest.approx((50e6 + 100e3) * (1 - 0.5))   # gradient ÷ base RTT (1 ms): the cut is capped at ½
+    s, p = _timely()
+    s.update(5e-3)
+    s.update(5.2e-3)                                     # rtt_diff = 0.175 ms: gradient 0.175
+    assert s.rate == pytest.approx((50e6 + 100e3) * (1 - 0.8 * 0.175e-3 / RTT))
     s, p = _timely()
     rates = []
     for k in range(6):                                   # falling RTTs: negative gradients; HAI from the 5th
@@ -160,7 +164,24 @@ def test_timely_updates_once_per_segment():
     s.on_ack(1.0019, acked_bytes=1024, rtt_s=2e-3, ecn=False, inflight=0)
     assert s.rate == pytest.approx(50.1e6)               # 1 KB, 1.9 ms: neither a segment nor an RTT
     s.on_ack(1.0021, acked_bytes=1024, rtt_s=2e-3, ecn=False, inflight=0)
-    assert s.rate == pytest.approx(50.2e6)               # an RTT since the last update: a completion
+    assert s.rate == pytest.approx(50.1e6 + 1.05 * 100e3)   # an RTT since the last update: a completion, δ per RTT
+
+
+def test_timely_increases_by_delta_per_rtt_since_the_last_completion_and_cuts_once_per_rtt_on_loss():
+    p = TimelyParams.scaled(RATE, RTT)
+    s = TimelySender(p, 1.0)
+    s.rate = 1e6
+    s.on_ack(1.0, acked_bytes=8192, rtt_s=1e-3, ecn=False, inflight=0)      # a completion: + δ
+    s.on_ack(1.010, acked_bytes=1024, rtt_s=1e-3, ecn=False, inflight=0)    # 10 RTTs later (a sparse flow): + 10 δ
+    assert s.rate == pytest.approx(1e6 + 11 * 100e3)
+    s.on_ack(2.0, acked_bytes=1024, rtt_s=1e-3, ecn=False, inflight=0)      # after an idle second: at most 64 δ
+    assert s.rate == pytest.approx(1e6 + 75 * 100e3)
+    r = s.rate
+    for k in range(5):                                  # a burst of NAKs within one RTT: one cut
+        s.on_loss(3.0 + k * 1e-4, "nak")
+    assert s.rate == pytest.approx(r / 2)
+    s.on_loss(3.0012, "timeout")                        # the next RTT: another
+    assert s.rate == pytest.approx(r / 4) and s.stats()["timely_loss_cuts"] == 2
 
 
 # ------------------------------------------------------------------ HPCC
@@ -285,7 +306,8 @@ def test_registry_and_errors():
         SwiftParams.scaled(RATE, 0.0)
     with pytest.raises(ValueError, match="unknown congestion-control parameter 'bogus'"):
         NsccParams.scaled(RATE, RTT, bogus=1)
-    assert estimate_base_rtt([100e6] * 4, 1250, one_way_delay_s=50e-6) == pytest.approx(4 * 100e-6 + 100e-6 + 200e-6)
+    assert estimate_base_rtt([100e6] * 4, 1250, one_way_delay_s=50e-6) == pytest.approx(100e-6 + 100e-6 + 200e-6)
+    assert estimate_base_rtt([100e6, 50e6, 100e6], 1250) == pytest.approx(200e-6 + 200e-6)   # the slowest link, once
 
 
 # ------------------------------------------------------------------ closed loop: two flows, one bottleneck
@@ -327,22 +349,17 @@ def _scen(**traffic):
                                             **traffic}})
 
 
-def test_scenario_cc_keys_reach_the_agents(monkeypatch):
+def test_scenario_cc_keys_reach_the_agents():
     from testbed.topology import build as build_topology
     from testbed.workloads import flows as fl
-    from testbed.workloads.roce import rc
     sc = _scen(cc="nscc+eqds", nscc={"target_qdelay": "300us", "base_rtt": "1ms"}, eqds={"overcommit": 1.05})
     topo = build_topology(sc.topology)
-    monkeypatch.setattr(rc, "CC_WIRED", ("none", "dcqcn", "nscc"), raising=False)
-    with pytest.raises(ValueError, match="traffic.cc: 'nscc\\+eqds' is not wired into the RoCE engine yet"):
-        fl.roce_opts(sc.traffic, topo)
-    monkeypatch.setattr(rc, "CC_WIRED", ("none", "dcqcn", "nscc+eqds"), raising=False)
     o = fl.roce_opts(sc.traffic, topo)["cc_params"]
     assert set(o) == {"nscc", "eqds"}
     assert o["nscc"]["target_qdelay_s"] == pytest.approx(300e-6) and o["nscc"]["base_rtt_s"] == pytest.approx(1e-3)
     assert o["eqds"]["overcommit"] == 1.05 and o["nscc"]["mss"] == 1024
-    # estimated: 4 links at 100 Mbit/s × 1500 bytes + 200 µs
-    assert o["eqds"]["base_rtt_s"] == pytest.approx(4 * 120e-6 + 200e-6)
+    # estimated: one 1500-byte packet at 100 Mbit/s (the slowest link, once) + 200 µs
+    assert o["eqds"]["base_rtt_s"] == pytest.approx(120e-6 + 200e-6)
     assert fl.roce_opts(_scen(cc="dcqcn").traffic, topo).get("cc_params") is None
 
 
@@ -350,6 +367,34 @@ def test_scenario_cc_params_without_their_cc_are_an_error():
     from testbed.scenario import ScenarioError
     with pytest.raises((ScenarioError, ValueError), match="swift: parameters given but traffic.cc is 'nscc'"):
         _scen(cc="nscc", swift={"ai": 2})
+
+
+def test_hpcc_needs_one_path_no_trimming_and_even_dscps_and_gets_room_for_its_int_stack():
+    """One line naming the key for what hpcc cannot run with; the INT stack's room on every link, and the record
+    count the senders' stacks carry (the longest path's switches)."""
+    from testbed.fabric.port import port_configs
+    from testbed.scenario import ScenarioError, from_dict
+    from testbed.topology import build as build_topology
+    from testbed.workloads import flows as fl
+    for extra, key in (({"roce": {"entropy": "reps"}}, "traffic.roce.entropy: hpcc computes each hop's rate"),
+                       ({"dscp": 27}, "traffic.dscp: traffic.cc hpcc carries INT stacks"),
+                       ({"switch": {"trim": {"enabled": True}}}, "switch.trim.enabled: not with traffic.cc hpcc")):
+        sw = extra.pop("switch", None)
+        doc = {"topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 1},
+               "traffic": {"engine": "roce", "pattern": "pairs", "pairs": [["h0", "h1"]], "cc": "hpcc", **extra}}
+        if sw:
+            doc["switch"] = sw
+        with pytest.raises(ScenarioError, match=key):
+            from_dict(doc)
+    sc = _scen(cc="hpcc")
+    assert sc.host_int_hops == 3 and sc.host_mtu == 1500 + 16 + 3 * 32 and sc.fabric_mtu == sc.host_mtu
+    topo = build_topology(sc.topology)
+    assert {c.mtu for c in port_configs(topo, sc.switch, fabric_mtu=sc.fabric_mtu, host_mtu=sc.host_mtu).values()} \
+        == {1612}
+    assert fl.roce_opts(sc.traffic, topo)["int_hops"] == 3
+    assert _scen(cc="swift").host_mtu == 1500 and fl.roce_opts(_scen(cc="swift").traffic, topo)["int_hops"] == 0
+    fat = from_dict({"topology": {"kind": "fat-tree", "k": 4}, "traffic": {"engine": "roce", "cc": "hpcc"}})
+    assert fat.host_int_hops == 5
 
 
 def test_model_nscc_shares_by_fair_increase_and_ecn_decrease():
@@ -380,3 +425,11 @@ def test_model_eight_flows_share(cc):
     print(f"\n[model 8 flows {cc}] jain {r.jain:.4f}, queue p99 {r.queue_p99 / 1e3:.1f} KB, util {r.utilisation:.3f}")
     # TIMELY's bounded once-per-RTT decrease leaves 0.88 of the link used in this model (the others ≥ 0.9)
     assert r.jain >= 0.95 and r.utilisation >= (0.85 if cc == "timely" else 0.9)
+
+
+def test_an_hpcc_run_whose_stacks_never_arrived_is_degraded_in_the_manifest():
+    from testbed.runner import _int_degradations
+    stats = {"delivered": 0, "export_lost": 0, "failed": 0}
+    assert "no HPCC data packet reached its receiver with an INT stack" in _int_degradations(stats, _scen(cc="hpcc"))[0]
+    assert _int_degradations(dict(stats, delivered=5), _scen(cc="hpcc")) == []
+    assert _int_degradations(stats, _scen(cc="swift")) == []

@@ -2,7 +2,8 @@
 independent scapy parser (tests/int_scapy.py): h0 → h2 crosses leaf0 (source), a spine (transit) and leaf1
 (sink). Every hop's output is a well-formed packet (IP and UDP checksums valid) whose stack holds one more
 record, newest first; the sink's output is the packet h0 sent (TTL and MACs as routers leave them) and its
-report holds the three records in path order; a CE mark made on the way survives the strip."""
+report holds the three records in path order; a CE mark made on the way survives the strip. Host stacks (HPCC):
+a stack h0 started gains every switch's record, the last leaf's too, and reaches h2."""
 import os
 import struct
 
@@ -14,6 +15,7 @@ from testbed.bench.select import int_costs
 from testbed.datapath import testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT
 from testbed.telemetry.int import decode
+from testbed.workloads.roce.wire import int_host_stack, int_hops
 
 scapy_all = pytest.importorskip("scapy.all")
 Ether, IP, UDP, Raw = scapy_all.Ether, scapy_all.IP, scapy_all.UDP, scapy_all.Raw
@@ -38,14 +40,16 @@ def set_int(dp, **kw):
     t = dp.bpf[b"int_config"]
     v = t[t.Key(0)]
     v.sample, v.max_hops = kw.get("sample", dp.int_spec.sample), kw.get("max_hops", dp.int_spec.max_hops)
+    v.enabled, v.host_stacks = kw.get("enabled", 1), kw.get("host_stacks", 0)
     t[t.Key(0)] = v
 
 
-def packet(topo, size=100, sport=4242, chksum=None, tos=0):
+def packet(topo, size=100, sport=4242, chksum=None, tos=0, dst="h2", dport=5001, head=b""):
+    """h0's UDP packet to ``dst``; ``head``: bytes before the payload (a host stack)."""
     inp = topo.port(topo.port_named("h0", "eth0").peer_ifindex)
-    u = UDP(sport=sport, dport=5001) if chksum is None else UDP(sport=sport, dport=5001, chksum=chksum)
-    f = Ether(src=inp.peer_mac, dst=inp.mac) / IP(src=topo.address("h0"), dst=topo.address("h2"), tos=tos) / u \
-        / Raw(bytes(range(256)) * (size // 256) + bytes(size % 256))
+    u = UDP(sport=sport, dport=dport) if chksum is None else UDP(sport=sport, dport=dport, chksum=chksum)
+    f = Ether(src=inp.peer_mac, dst=inp.mac) / IP(src=topo.address("h0"), dst=topo.address(dst), tos=tos) / u \
+        / Raw(head + bytes(range(256)) * (size // 256) + bytes(size % 256))
     return inp.ifindex, bytes(f)
 
 
@@ -121,7 +125,7 @@ def test_each_hop_pushes_a_well_formed_record_and_the_sink_restores_the_packet(d
     assert r.length == len(sent) - 14 and not r.exceeded
     assert r.hops[0].ts_ns <= r.hops[1].ts_ns <= r.hops[2].ts_ns
     assert dp.int_counters() == {"sourced": 1, "no_room": 0, "transit": 1, "exceeded": 0, "exported": 1,
-                                      "export_lost": 0, "failed": 0, "probes": 0}
+                                      "export_lost": 0, "failed": 0, "probes": 0, "delivered": 0}
 
 
 def test_a_zero_udp_checksum_stays_zero_and_a_ce_mark_on_the_way_survives(dp, topo):
@@ -191,3 +195,65 @@ def test_cost_of_int_per_hop_against_plain_forwarding(dp, topo, capsys):
                                           for r, (a, b) in out.items()))
     for role, (a, b) in out.items():       # 1.7–3.1× measured over 6 runs (≈ 0.4–0.7 µs more per hop)
         assert a < 4 * b, (role, a, b)
+
+
+# ---------------------------------------------------------------- host stacks (traffic.cc: hpcc)
+
+ROCE_TOS = (26 << 2) | 0x02                                     # DSCP 26, ECT(0): what the RoCE engine sends
+
+
+def host_path(dp, topo, dst="h2", hops=3):
+    """An HPCC data packet h0 → ``dst`` with the engine's empty host stack (room for 3 records): the packet sent
+    and every hop's (egress port, frame) until it leaves the fabric."""
+    ifx, sent = packet(topo, dst=dst, dport=4791, tos=ROCE_TOS | 0x04, head=int_host_stack(3, ROCE_TOS))
+    out, f = [], sent
+    for _ in range(hops):
+        eg, f = hop(dp, topo, ifx, f)
+        out.append((eg, f))
+        ifx = eg.peer_ifindex
+    return sent, out
+
+
+@pytest.mark.parametrize("leaf_int", [1, 0], ids=["with-telemetry-int", "host-stacks-only"])
+def test_a_host_stack_gains_every_hops_record_and_reaches_the_receiving_host(dp, topo, leaf_int):
+    """Every switch, the first and last leaf included, pushes its record as transit; the last leaf delivers the
+    stack to h2 (HPCC's receiver echoes it) instead of exporting it; the engine's decoder reads the records."""
+    set_int(dp, enabled=leaf_int, host_stacks=1)
+    sent, hops = host_path(dp, topo)
+    ids = topo.switch_ids
+    payload = bytes(IntStack(bytes(Ether(sent)[UDP].payload)).payload)
+    for n, (eg, f) in enumerate(hops, start=1):
+        checksums_valid(f)
+        p = Ether(f)
+        assert p[IP].tos == ROCE_TOS | 0x04 and p[IP].len == len(sent) - 14 + 32 * n
+        st = IntStack(bytes(p[UDP].payload))
+        assert (st.type, st.flags, st.tos, st.length, st.remaining, st.e) == (1, 1, ROCE_TOS, 4 + 8 * n, 3 - n, 0)
+        assert [h.switch_id for h in st.hops][0] == ids[eg.node] and bytes(st.payload) == payload
+    eg, f = hops[-1]
+    assert eg.peer_node == "h2"
+    st = IntStack(bytes(Ether(f)[UDP].payload))
+    assert [h.switch_id for h in st.hops] == [ids["leaf1"], ids[hops[1][0].node], ids["leaf0"]]   # newest first
+    decoded = int_hops(bytes(Ether(f)[UDP].payload)[16:16 + 3 * 32])                             # path order
+    assert [h.link_rate_bps for h in decoded] == [e.rate_bps for e, _ in hops]
+    assert [h.qlen_bytes for h in decoded] == [0, 0, 0] and decoded[0].ts_ns <= decoded[1].ts_ns <= decoded[2].ts_ns
+    assert reports(dp) == []
+    c = dp.int_counters()
+    assert (c["transit"], c["delivered"], c["sourced"], c["exported"], c["failed"]) == (3, 1, 0, 0, 0)
+    if not leaf_int:                                           # host stacks only: plain UDP is not instrumented
+        plain = path(dp, topo)
+        assert all(not Ether(f)[IP].tos & 0x04 for _, f in plain) and Ether(plain[2][1])[IP].len == 128
+
+
+def test_a_host_stack_within_one_leaf_gets_that_leafs_record(dp, topo):
+    set_int(dp, enabled=0, host_stacks=1)
+    sent, ((eg, f),) = host_path(dp, topo, dst="h1", hops=1)
+    st = IntStack(bytes(Ether(f)[UDP].payload))
+    assert eg.peer_node == "h1" and len(st.hops) == 1 and st.hops[0].switch_id == topo.switch_ids["leaf0"]
+    assert dp.int_counters()["delivered"] == 1
+
+
+def test_a_host_stack_where_host_stacks_are_off_is_left_alone_and_counted(dp, topo):
+    set_int(dp, enabled=1, host_stacks=0)
+    sent, ((_eg, f),) = host_path(dp, topo, hops=1)
+    assert Ether(f)[IP].len == Ether(sent)[IP].len and bytes(Ether(f)[UDP].payload) == bytes(Ether(sent)[UDP].payload)
+    assert dp.int_counters()["failed"] == 1 and dp.int_counters()["transit"] == 0

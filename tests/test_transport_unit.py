@@ -1,5 +1,7 @@
 """The RoCE engine's extended transport, pure logic: entropy policies, XACK format, the RUD receiver's SACK bitmap,
-echoes and its NAK of a trimmed packet (no network)."""
+echoes and its NAK of a trimmed packet, HPCC's INT stack and its echo (no network)."""
+import struct
+
 from scapy.contrib.roce import AETH, BTH
 from scapy.layers.inet import IP
 
@@ -54,8 +56,8 @@ def test_sack_bitmap_covers_the_psns_after_the_cumulative_ack():
         _deliver(r, psn)
     r._ack()
     nak, psn, x = ep.last()
-    flags, base, bitmap, _ts, _credit, echoes = x
-    assert not nak and psn == 1                       # cumulative: PSNs 0 and 1
+    flags, base, bitmap, _ts, _credit, echoes, recs = x
+    assert not nak and psn == 1 and recs == b""                       # cumulative: PSNs 0 and 1
     assert flags & w.XACK_SACK and base == 3 and bitmap == 0b101      # 3 and 5 received, 4 missing
     assert len(echoes) == 4 and all(e == (49152, 0) for e in echoes)
 
@@ -67,7 +69,7 @@ def test_every_arrival_counts_towards_an_ack_with_sacks_and_echoes_carry_entropy
         _deliver(r, psn, sport=49150 + psn)
     nak, psn, x = ep.last()                           # the 8th arrival sent an ACK anyway
     assert len(ep.pkts) == 1 and not nak
-    flags, base, bitmap, ts, _credit, echoes = x
+    flags, base, bitmap, ts, _credit, echoes, _recs = x
     assert base == 1 and bitmap == 0xFF and flags & w.XACK_TS     # base: the first missing PSN + 1
     assert echoes[0] == (49153, w.ECHO_CE) and echoes[-1] == (49158, 0)
 
@@ -141,5 +143,56 @@ def test_rtt_estimator_and_adaptive_rto():
 def test_xack_round_trip():
     b = w.xack_bytes(w.XACK_SACK | w.XACK_CREDIT, 0x1000005, 0b1011, 123456, 99, [(1000, 1), (1001, 2)])
     assert len(b) == w.XACK_LEN + 2 * w.ECHO_LEN
-    assert w.parse_xack(b, 0, len(b)) == (5, 5, 0b1011, 123456, 99, [(1000, 1), (1001, 2)])
+    assert w.parse_xack(b, 0, len(b)) == (5, 5, 0b1011, 123456, 99, [(1000, 1), (1001, 2)], b"")
     assert w.parse_xack(b, 0, 10) is None
+
+
+# ---------------------------------------------------------------- HPCC: the host INT stack and its echo
+
+def _record(switch: int, queue: int, tx: int, ts: int, kbps: int) -> bytes:
+    """One hop record laid out as docs/int.md says (written here by hand, not with wire.INT_HOP)."""
+    return struct.pack("!IIIIQII", switch, (1 << 16) | 2, 999, (3 << 24) | queue, ts, tx, kbps)
+
+
+def test_an_hpcc_sender_starts_an_empty_host_stack_as_docs_int_md_lays_it_out():
+    st = w.int_host_stack(3, (26 << 2) | w.ECT0)
+    assert len(st) == 16
+    assert st[0] == 0x10 and st[1] == 4 and st[2] == w.INT_SHIM_HOST and st[3] == 0x6A   # type 1, 4 words, TOS
+    w0, instr, ds_id, ds_instr, ds_flags = struct.unpack("!IHHHH", st[4:])
+    assert (w0 >> 28, (w0 >> 25) & 0b111, (w0 >> 8) & 0x1F, w0 & 0xFF) == (2, 0, 8, 3)   # version, D/E/M,
+    assert (instr, ds_id, ds_instr, ds_flags) == (0xF800, 0x4654, 0xC000, 0)              # HopML, remaining
+
+
+def test_the_receiver_echoes_the_last_stack_once_and_the_sender_reads_it_in_path_order():
+    r, ep = _responder()
+    first = _record(7, 100, 1000, 5_000, 10_000) + _record(9, 200, 2000, 4_000, 20_000)   # newest (the sink) first
+    last = _record(7, 300, 3000, 15_000, 10_000) + _record(9, 0, 4000, 14_000, 20_000)
+    p = _packet(0)
+    r.on_data(p, len(p), p[0], w.ECT0 | w.INT_DSCP_BIT, 0.0, 49152, first)
+    p = _packet(1)
+    r.on_data(p, len(p), p[0], w.ECT0 | w.INT_DSCP_BIT, 0.0, 49152, last)
+    r._ack()
+    *_, recs = ep.last()[2]
+    assert ep.last()[2][0] & w.XACK_INT and recs == last              # the newest packet's records, as they came
+    hops = w.int_hops(recs)
+    assert [h.qlen_bytes for h in hops] == [0, 300] and [h.tx_bytes for h in hops] == [4000, 3000]
+    assert [h.ts_ns for h in hops] == [14_000, 15_000] and [h.link_rate_bps for h in hops] == [20e6, 10e6]
+    r._ack()
+    assert ep.last()[2][6] == b"" and not ep.last()[2][0] & w.XACK_INT   # echoed once
+    assert r.result()["int_stacks"] == 2
+
+
+def test_xack_with_int_records_round_trips():
+    recs = _record(1, 2, 3, 4, 5) * 3
+    b = w.xack_bytes(w.XACK_TS, 10, 0, 77, 0, [(1000, 0)], recs)
+    assert w.parse_xack(b, 0, len(b)) == (w.XACK_TS | w.XACK_INT, 10, 0, 77, 0, [(1000, 0)], recs)
+    assert w.parse_xack(b, 0, len(b) - 32)[6] == recs[:64]          # a cut XACK yields the whole records it holds
+
+
+def test_hpcc_reads_a_tx_counter_that_wrapped_at_32_bits():
+    from testbed.workloads.roce.cc import HpccParams, HpccSender
+    from testbed.workloads.roce.cc.base import Hop
+    s = HpccSender(HpccParams.scaled(10e6, 1e-3), 0.0)
+    s.measure((Hop(0, 2**32 - 500, 0, 10e6),))
+    u = s.measure((Hop(0, 750, 1_000_000, 10e6),))                  # 1,250 bytes in 1 ms = 10 Mbit/s
+    assert abs(u - 1.0) < 1e-9

@@ -42,7 +42,8 @@ def test_an_overloaded_lossy_queue_trims_instead_of_dropping(tmp_path, trim, rec
     if trim:
         assert drops == 0 and trims > 100                    # every overflow became a trimmed header …
         assert row["drops"] == 0                             # … none lost anywhere, the trim queue included
-        assert trims <= row["trims"] <= trims + 5            # (a 16 KB fabric queue trimmed 1 once, under steal)
+        assert trims <= row["trims"] and trims >= 0.98 * row["trims"]   # the overloaded queue trimmed (others at
+        # most 1.2 % of all: a 16 KB fabric queue behind a stalled receiver trims too, 0–78 over 20 runs)
         assert seen == row["trims"]                          # each reached its receiver, which NAKed it
         assert row["flows_completed"] == 3 and flows["checksum_ok"].all()   # and every lost payload came back
     else:

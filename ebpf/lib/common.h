@@ -323,16 +323,19 @@ struct flow_state {
 #define INT_HOP_BYTES 32          /* one hop's record: 8 words */
 #define INT_HDR_BYTES 16          /* shim (4 B) + INT-MD metadata header (12 B) */
 #define INT_DSCP_BIT 0x04         /* TOS bit of DSCP value 1: the packet carries an INT stack */
+#define INT_SHIM_HOST 0x01        /* shim flags: a host started the stack and its destination host is the sink
+                                   * (HPCC: the receiver echoes the records to the sender) */
 
 struct int_config {               /* int_config[0] */
-	__u32 enabled;
+	__u32 enabled;            /* telemetry.int: leaves start stacks (every sample-th packet), sinks export */
 	__u32 sample;             /* instrument every sample-th packet of a flow (1: all) */
 	__u32 max_hops;           /* hop records a stack may hold */
 	__u32 mtu;                /* the largest IP packet links between switches carry (fabric MTU) */
+	__u32 host_stacks;        /* every switch adds its record to stacks hosts start (traffic.cc: hpcc) */
 };
 
 enum { INT_SOURCED = 0, INT_NO_ROOM = 1, INT_TRANSIT = 2, INT_EXCEEDED = 3, INT_EXPORTED = 4, INT_EXPORT_LOST = 5,
-       INT_FAILED = 6, INT_PROBES = 7, INT_STATS = 8 };
+       INT_FAILED = 6, INT_PROBES = 7, INT_DELIVERED = 8, INT_STATS = 9 };
 #define INT_PROBE_PORT 0xFA7E     /* UDP destination port of the WCMP controller's probes: they end at the sink */
 
 struct int_report {               /* a sink's export (ring buffer int_reports) */

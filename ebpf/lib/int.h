@@ -2,6 +2,11 @@
  * telling that a stack follows (so the UDP ports, and every switch's hash of the flow, stay as they were).
  * The exact format is in docs/int.md.
  *
+ * Two kinds of stack. Leaf stacks (telemetry.int) are started and ended in the fabric, as below. Host stacks
+ * (traffic.cc: hpcc, host_stacks in int_config) are started by the sending host — an empty stack with the
+ * shim's INT_SHIM_HOST flag — and every switch on the way, the first and the last leaf included, adds its record
+ * as a transit hop; the destination host is the sink (HPCC's receiver NIC copies the records into its ACK).
+ *
  * An instrumented packet: Ethernet | IPv4 (20 B, DSCP bit 0 set) | UDP | shim | INT-MD header | hop records,
  * newest first | the original UDP payload. The leaf a host's packet enters (the source) inserts shim, header
  * and its own record after the UDP header; every switch on the way inserts its record under the header while
@@ -42,7 +47,7 @@
 struct int_hdr {                  /* shim + INT-MD header: 16 bytes as on the wire */
 	__u8 type_npt;            /* type (1: INT-MD) << 4 | NPT (0: the UDP payload follows) << 2 */
 	__u8 len;                 /* shim + header + stack, in 4-byte words */
-	__u8 rsvd;
+	__u8 flags;               /* INT_SHIM_HOST: a host stack, delivered to the destination host */
 	__u8 tos;                 /* the packet's TOS before the source marked it */
 	__u32 w0;                 /* version 2 | E | HopML (8 words) | remaining hop count (network order) */
 	__u16 instructions;
@@ -171,38 +176,32 @@ FTB_ALWAYS_INLINE int int_source(struct __sk_buff *skb, const struct int_config 
 	return int_grow(skb, &old, sizeof(old.udp), &blk, add, ip, ip.tos | INT_DSCP_BIT);
 }
 
-/* Transit: this switch's record under the header, or the E bit when no hop count is left. */
+/* Transit: this switch's record under the header, or the E bit when no hop count is left. `old`: the packet's
+ * UDP header and shim + header as it arrived. */
 FTB_ALWAYS_INLINE int int_transit(struct __sk_buff *skb, __u32 sw, __u32 in, __u32 out, __u64 prio, __u64 now,
-				  struct ip_w0 ip)
+				  struct ip_w0 ip, const struct int_head *old)
 {
-	struct int_head old;
 	struct int_block blk = {};
 	__u32 w0, e;
 
-	if (bpf_skb_load_bytes(skb, INT_UDP_OFF, &old, sizeof(old)) < 0)
-		return ip.tos;
-	if (old.hdr.type_npt >> 4 != INT_TYPE_MD) {
-		int_count(INT_FAILED);
-		return ip.tos;
-	}
-	w0 = ftb_ntohl(old.hdr.w0);
+	w0 = ftb_ntohl(old->hdr.w0);
 	if ((w0 & 0xff) == 0) {                       /* no room left: say so, add nothing */
 		e = ftb_htonl(w0 | INT_E_BIT);
 		if (!(w0 & INT_E_BIT)) {
 			bpf_skb_store_bytes(skb, INT_SHIM_OFF + 4, &e, 4, 0);
-			bpf_l4_csum_replace(skb, INT_CSUM_OFF, old.hdr.w0, e, BPF_F_MARK_MANGLED_0 | 4);
+			bpf_l4_csum_replace(skb, INT_CSUM_OFF, old->hdr.w0, e, BPF_F_MARK_MANGLED_0 | 4);
 		}
 		int_count(INT_EXCEEDED);
 		return ip.tos;
 	}
-	blk.udp = old.udp;
-	blk.hdr = old.hdr;
-	blk.udp.len = ftb_htons(ftb_ntohs(old.udp.len) + INT_HOP_BYTES);
-	blk.hdr.len = old.hdr.len + INT_HOP_WORDS;
+	blk.udp = old->udp;
+	blk.hdr = old->hdr;
+	blk.udp.len = ftb_htons(ftb_ntohs(old->udp.len) + INT_HOP_BYTES);
+	blk.hdr.len = old->hdr.len + INT_HOP_WORDS;
 	blk.hdr.w0 = ftb_htonl(w0 - 1);
 	int_hop_record(blk.rec, sw, in, out, prio, skb->len + INT_HOP_BYTES, now);
 	int_count(INT_TRANSIT);
-	return int_grow(skb, &old, sizeof(old), &blk, INT_HOP_BYTES, ip, ip.tos);
+	return int_grow(skb, old, sizeof(*old), &blk, INT_HOP_BYTES, ip, ip.tos);
 }
 
 /* Export a report: this switch's record (unless the hop count ran out) and the `hops` records of the packet's
@@ -255,19 +254,13 @@ FTB_ALWAYS_INLINE void int_export(struct __sk_buff *skb, const struct pkt *p, __
 
 /* Sink: export the stack with this switch's record, then remove it and restore what the source changed. */
 FTB_ALWAYS_INLINE int int_sink(struct __sk_buff *skb, const struct pkt *p, __u32 sw, __u32 in, __u32 out, __u64 prio,
-			       __u64 now, struct ip_w0 ip)
+			       __u64 now, struct ip_w0 ip, const struct int_head *head)
 {
-	struct int_head old;
+	struct int_head old = *head;
 	struct udphdr u;
 	struct ip_w0 ip1 = ip;
 	__u32 total, hops, w0;
 
-	if (bpf_skb_load_bytes(skb, INT_UDP_OFF, &old, sizeof(old)) < 0)
-		return ip.tos;
-	if (old.hdr.type_npt >> 4 != INT_TYPE_MD) {
-		int_count(INT_FAILED);
-		return ip.tos;
-	}
 	total = (__u32)old.hdr.len * 4;
 	if (total < INT_HDR_BYTES || (total - INT_HDR_BYTES) % INT_HOP_BYTES ||
 	    total > INT_HDR_BYTES + INT_MAX_HOPS * INT_HOP_BYTES || total + 8 > ftb_ntohs(old.udp.len)) {
@@ -300,24 +293,25 @@ FTB_ALWAYS_INLINE int int_sink(struct __sk_buff *skb, const struct pkt *p, __u32
 	return ip1.tos;
 }
 
-/* Whether a packet goes through the INT stage: UDP entering the fabric from a host, or carrying a stack. */
+/* Whether a packet goes through the INT stage: UDP carrying a stack, or (telemetry.int) entering the fabric from a
+ * host. */
 FTB_ALWAYS_INLINE int int_wanted(const struct pkt *p, __u32 in)
 {
 	__u32 zero = 0;
 	struct int_config *cfg = int_config.lookup(&zero);
 
-	return cfg && cfg->enabled && p->proto == IPPROTO_UDP && (p->sport || p->dport) &&
-	       ((p->tos & INT_DSCP_BIT) || port_is_edge(in));
+	return cfg && (cfg->enabled || cfg->host_stacks) && p->proto == IPPROTO_UDP && (p->sport || p->dport) &&
+	       ((p->tos & INT_DSCP_BIT) || (cfg->enabled && port_is_edge(in)));
 }
 
-/* Count a sent packet against its port's tx bytes (the hop records' tx counter), with INT on. */
+/* Count a sent packet against its port's tx bytes (the hop records' tx counter), with INT or host stacks on. */
 FTB_ALWAYS_INLINE void int_count_tx(__u32 out, __u64 len)
 {
 	__u32 zero = 0;
 	struct int_config *cfg = int_config.lookup(&zero);
 	__u64 *tx;
 
-	if (!cfg || !cfg->enabled)
+	if (!cfg || !(cfg->enabled || cfg->host_stacks))
 		return;
 	tx = port_tx.lookup(&out);
 	if (tx)
@@ -325,15 +319,18 @@ FTB_ALWAYS_INLINE void int_count_tx(__u32 out, __u64 len)
 }
 
 /* The INT stage's work on a packet leaving switch `sw` through `out`: source, transit or sink. Returns the
- * packet's TOS afterwards, -1 when it is broken (drop it), INT_CONSUMED for a probe that ended at its sink. */
+ * packet's TOS afterwards, -1 when it is broken (drop it), INT_CONSUMED for a probe that ended at its sink. A packet
+ * from a host with DSCP bit 0 already carries a stack (a host stack): it is transit here, and at its last leaf too
+ * when the shim says its destination host is the sink. */
 FTB_ALWAYS_INLINE int int_hop(struct __sk_buff *skb, __u32 sw, __u32 in, __u32 out, const struct pkt *p)
 {
 	__u32 zero = 0;
 	struct int_config *cfg = int_config.lookup(&zero);
 	struct flow_state *fs;
+	struct int_head old;
 	struct ip_w0 ip;
 	__u64 prio, now;
-	int out_edge;
+	int out_edge, tos;
 
 	if (!cfg || bpf_skb_load_bytes(skb, INT_IP_OFF, &ip, 4) < 0)
 		return p->tos;
@@ -342,7 +339,9 @@ FTB_ALWAYS_INLINE int int_hop(struct __sk_buff *skb, __u32 sw, __u32 in, __u32 o
 	prio = packet_prio(sw, ip.tos);
 	now = bpf_ktime_get_ns();
 	out_edge = port_is_edge(out);
-	if (port_is_edge(in)) {
+	if (!(ip.tos & INT_DSCP_BIT)) {
+		if (!cfg->enabled || !port_is_edge(in))
+			return ip.tos;    /* host stacks only: a plain packet is not instrumented */
 		if (cfg->sample > 1) {
 			fs = flow_state_of(sw, p);
 			if (!fs || fs->int_seq++ % cfg->sample)
@@ -354,9 +353,29 @@ FTB_ALWAYS_INLINE int int_hop(struct __sk_buff *skb, __u32 sw, __u32 in, __u32 o
 		}
 		return int_source(skb, cfg, sw, in, out, prio, now, ip);
 	}
-	if (out_edge)
-		return int_sink(skb, p, sw, in, out, prio, now, ip);
-	return int_transit(skb, sw, in, out, prio, now, ip);
+	if (bpf_skb_load_bytes(skb, INT_UDP_OFF, &old, sizeof(old)) < 0)
+		return ip.tos;
+	if (old.hdr.type_npt >> 4 != INT_TYPE_MD) {
+		int_count(INT_FAILED);
+		return ip.tos;
+	}
+	if (!(old.hdr.flags & INT_SHIM_HOST)) {
+		if (!cfg->enabled) {      /* a leaf stack while only host stacks are on: leave it alone */
+			int_count(INT_FAILED);
+			return ip.tos;
+		}
+		if (out_edge)
+			return int_sink(skb, p, sw, in, out, prio, now, ip, &old);
+		return int_transit(skb, sw, in, out, prio, now, ip, &old);
+	}
+	if (!cfg->host_stacks) {          /* a host stack while host stacks are off: not ours to extend */
+		int_count(INT_FAILED);
+		return ip.tos;
+	}
+	tos = int_transit(skb, sw, in, out, prio, now, ip, &old);
+	if (out_edge && tos >= 0)
+		int_count(INT_DELIVERED);
+	return tos;
 }
 
 #endif

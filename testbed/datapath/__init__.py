@@ -60,7 +60,7 @@ MIN_MAX_NH = 16
 PORT_VALID = 1
 PORT_EDGE = 2                        # the port faces a host: INT's source and sink (common.h)
 INT_STATS = ("sourced", "no_room", "transit", "exceeded", "exported", "export_lost", "failed",   # INT_* (common.h)
-             "probes")
+             "probes", "delivered")
 
 
 @dataclass
@@ -167,12 +167,16 @@ def _first_error(log: str) -> str:
 class Datapath:
     """Compile, load and configure the switch program; read its counters. One object serves every switch."""
 
-    def __init__(self, topo, switch_spec, ports: dict[int, PortConfig] | None = None, int_spec=None):
+    def __init__(self, topo, switch_spec, ports: dict[int, PortConfig] | None = None, int_spec=None,
+                 host_stacks: bool = False):
         """``ports``: every port's egress configuration (fabric.port), the same objects the fabric builder used;
-        default: computed from ``switch_spec``. ``int_spec``: the scenario's ``telemetry.int`` (None: off)."""
+        default: computed from ``switch_spec``. ``int_spec``: the scenario's ``telemetry.int`` (None: off).
+        ``host_stacks``: every switch adds its INT record to the stacks hosts start (Scenario.host_int_hops:
+        traffic.cc hpcc)."""
         self.topo = topo
         self.switch_spec = switch_spec
         self.int_spec = int_spec if int_spec is not None and int_spec.enabled else None
+        self.host_stacks = bool(host_stacks)
         self.ports = ports if ports is not None else port_configs(topo, switch_spec)
         self._bpf = None
         self.resyncs = 0                       # queue models reset to the real backlog (sync_queue_models)
@@ -263,7 +267,7 @@ class Datapath:
         """Whether a tail-call stage can be reached: INT only with INT on, adaptive only where a switch's mode
         (adaptive routing or DLB) calls it."""
         if name == INT_STAGE:
-            return self.int_spec is not None
+            return self.int_on
         if name == ADAPTIVE_STAGE:
             return (switch_spec or self.switch_spec).load_balancing in ADAPTIVE_MODES
         return True
@@ -323,7 +327,7 @@ class Datapath:
             v = cfg_t.Leaf()
             tc = q.traffic_classes
             for d in range(64):          # with INT, DSCP bit 0 marks a stack: d | 1 is classified as d
-                v.dscp_prio[d] = tc.dscp.get(d & ~1 if self.int_spec else d, tc.default)
+                v.dscp_prio[d] = tc.dscp.get(d & ~1 if self.int_on else d, tc.default)
             v.pfc = 1 if (q.pfc.enabled and tc.lossless) else 0
             v.credit = 1 if (q.credit.enabled and tc.lossless) else 0
             v.lossless = sum(1 << p for p in q.lossless)       # without PFC or credits nothing is lossless
@@ -587,13 +591,20 @@ class Datapath:
 
     # ---------------------------------------------------------------- in-band telemetry
 
+    @property
+    def int_on(self) -> bool:
+        """The INT stage runs: leaf stacks (telemetry.int) or host stacks (hpcc)."""
+        return self.int_spec is not None or self.host_stacks
+
     def _fill_int(self) -> None:
-        i = self.int_spec
-        if i is None:
+        if not self.int_on:
             return
+        i = self.int_spec
         t = self._bpf[b"int_config"]
         v = t.Leaf()
-        v.enabled, v.sample, v.max_hops = 1, i.sample, i.max_hops
+        if i is not None:
+            v.enabled, v.sample, v.max_hops = 1, i.sample, i.max_hops
+        v.host_stacks = 1 if self.host_stacks else 0
         v.mtu = max([self.topo.spec.mtu] + [c.mtu for c in self.ports.values() if c.port.role not in HOST_LINK_ROLES])
         t[t.Key(0)] = v
 

@@ -161,12 +161,14 @@ def nics_have_classes(switch_spec, hosts_pfc: bool) -> bool:
 
 
 def port_configs(topo: Topology, switch_spec, hosts_pfc: bool = False,
-                 fabric_mtu: int | None = None) -> dict[int, PortConfig]:
+                 fabric_mtu: int | None = None, host_mtu: int | None = None) -> dict[int, PortConfig]:
     """ifindex → PortConfig of every port of the topology, from the scenario's ``switch`` section (buffers,
     traffic classes, PFC or credits per tier) and ``hosts.pfc`` (host NICs get classes only when they obey flow
     control: PFC with hosts.pfc, credits always). ``fabric_mtu``: the MTU of links between switches
-    (Scenario.fabric_mtu: room for INT stacks); host links keep the topology's."""
+    (Scenario.fabric_mtu: room for INT stacks); ``host_mtu``: of host links (Scenario.host_mtu: room for HPCC's
+    INT stacks; default the topology's)."""
     fabric_mtu = fabric_mtu or topo.spec.mtu
+    host_mtu = host_mtu or topo.spec.mtu
     classes_on = switch_spec.classes_on
     switch_prios = tuple(sorted({p for t in topo.tiers for p in switch_spec.qos(t).priorities()}))
     out = {}
@@ -189,7 +191,7 @@ def port_configs(topo: Topology, switch_spec, hosts_pfc: bool = False,
                     pool = q.shared_buffer.size - len(ports) * len(q.lossless) * q.headroom
                     buffer = q.shared_buffer.size
                     ingress = pool + q.headroom if ingress else 0
-            mtu = topo.spec.mtu if p.role in HOST_LINK_ROLES else fabric_mtu
+            mtu = host_mtu if p.role in HOST_LINK_ROLES else fabric_mtu
             out[p.ifindex] = PortConfig(port=p, mtu=mtu, buffer_bytes=buffer, classes=classes,
                                         default_prio=tc.default, lossless=tuple(q.lossless),
                                         flow_control=q.flow_control, ingress_buffer=ingress,

@@ -264,6 +264,8 @@ def roce_opts(traffic, topo) -> dict:
             "reorder_time_s": r.reorder_time / 1e9 if r.reorder_time is not None else rto / 4,
             "drop_prob": r.drop_prob, "ce_prob": r.ce_prob, "batch": r.batch, "line_bps": line,
             "cnp_interval_s": params.cnp_interval_s, "dcqcn": params.to_dict(),
+            # hpcc: the hop records an INT stack has room for (Scenario.host_int_hops; the host links carry them)
+            "int_hops": spec.path_switches if traffic.cc == "hpcc" else 0,
             **_cc_params(traffic, topo, packet_size, mtu)}
 
 
@@ -284,11 +286,6 @@ def _cc_params(traffic, topo, packet_size: int, mtu: int) -> dict:
     fams = roce_cc.families(traffic.cc)
     if not fams:
         return {}
-    from .roce import rc as roce_rc
-    wired = getattr(roce_rc, "CC_WIRED", ("none", "dcqcn"))      # rc.py lists the CCs it drives
-    if traffic.cc not in wired:
-        raise ValueError(f"traffic.cc: {traffic.cc!r} is not wired into the RoCE engine yet (it runs: "
-                         f"{', '.join(wired)})")
     spec = topo.spec
     fabric = 2 * max(0, len(topo.tiers) - 1)
     rates = [spec.host_link.rate] * 2 + [spec.fabric_link.rate] * fabric

@@ -56,6 +56,8 @@ class FlowResult:
     cc_rate_p5: Optional[float] = None
     cc_rate_p50: Optional[float] = None
     cc_rate_p95: Optional[float] = None
+    int_stacks: Optional[int] = None   # hpcc: data packets that reached the receiver with an INT stack
+    int_echoes: Optional[int] = None   # hpcc: ACKs that brought INT hop records back to the sender
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -114,7 +116,9 @@ def _roce_result(f, t0, tx, rx, start, end, received, complete, fct, goodput, se
         trims_seen=rx.get("trims_seen"), sacks=tx.get("sacks"), entropies_used=tx.get("entropies_used"),
         entropy_penalties=tx.get("entropy_penalties"), entropies_penalised=tx.get("entropies_penalised"),
         rtt_min_ms=_ms(tx.get("rtt_min_s")), rtt_p50_ms=_ms(tx.get("rtt_p50_s")), rtt_p99_ms=_ms(tx.get("rtt_p99_s")),
-        cc_rate_p5=tx.get("cc_rate_p5"), cc_rate_p50=tx.get("cc_rate_p50"), cc_rate_p95=tx.get("cc_rate_p95"))
+        cc_rate_p5=tx.get("cc_rate_p5"), cc_rate_p50=tx.get("cc_rate_p50"), cc_rate_p95=tx.get("cc_rate_p95"),
+        int_stacks=rx.get("int_stacks") if tx.get("int_echoes") is not None else None,
+        int_echoes=tx.get("int_echoes"))
 
 
 def _ms(x: Optional[float]) -> Optional[float]:

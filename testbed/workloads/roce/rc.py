@@ -63,15 +63,14 @@ POLL_SHARE = 0.25            # … or this share of one packet's time on the hos
 MAX_LAG_S = 0.002
 IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
 IP_TOS = socket.IP_TOS
+SO_TIMESTAMPNS = 35                 # = SCM_TIMESTAMPNS (asm-generic/socket.h; Python's socket module lacks it)
+TIMESPEC = struct.Struct("qq")
 PADS = (b"", b"\0", b"\0\0", b"\0\0\0")
 RCVBUF = 8 << 20
 SO_RCVBUFFORCE = 33
 SOL_UDP, UDP_SEGMENT = 17, 103
 SOFT_ERRNOS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN)
 
-
-#: the traffic.cc values this engine drives (flows.roce_opts refuses the others in one line)
-CC_WIRED = ("none", "dcqcn", "nscc", "swift", "timely", "eqds", "nscc+eqds")
 
 GOT, NAKED, NAKED_GOT = 1, 2, 3      # ooo receiver's per-PSN bits: received, NAKed (0: missing)
 _SACK_BITS = bytes(0x31 if v & GOT else 0x30 for v in range(256))   # per-PSN state → SACK bit character
@@ -152,6 +151,9 @@ class Endpoint:
         except OSError:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
         s.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
+        # the kernel's receive time of every packet: an ACK's RTT sample is its arrival, not when a Python thread
+        # got to it (a sender-only agent drains ACKs when it wakes up to send; Swift uses NIC timestamps)
+        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         s.bind(("0.0.0.0", w.ROCE_PORT))
         s.setblocking(False)
         self.ctl = _raw_socket()
@@ -160,7 +162,7 @@ class Endpoint:
         self.rsp: dict[int, "Responder"] = {}
         self.buf = bytearray(10000)
         self.bufs = [self.buf]
-        self.anc = socket.CMSG_SPACE(4)
+        self.anc = socket.CMSG_SPACE(4) + socket.CMSG_SPACE(TIMESPEC.size)
         self.unknown = 0
         self.rx_open = False
         self.users = 0
@@ -223,7 +225,22 @@ class Endpoint:
                 if n < w.BTH_LEN + w.ICRC_LEN:
                     self.unknown += 1
                     continue
-                tos = ad[0][2][0] if ad else 0
+                tos, t_rx = 0, None
+                for lvl, _typ, data in ad:
+                    if lvl == socket.SOL_SOCKET:
+                        sec, nsec = TIMESPEC.unpack(data)
+                        t_rx = sec + nsec * 1e-9
+                    else:
+                        tos = data[0]
+                recs = None
+                if tos & w.INT_DSCP_BIT:             # an HPCC data packet's INT stack: take it out, keep the records
+                    ln = buf[1] * 4
+                    if buf[0] >> 4 != 1 or ln < w.INT_HDR_LEN or ln + w.BTH_LEN + w.ICRC_LEN > n:
+                        self.unknown += 1
+                        continue
+                    recs = bytes(buf[w.INT_HDR_LEN:ln])
+                    n -= ln
+                    buf[:n] = buf[ln:ln + n]
                 op = buf[0]
                 qpn = (buf[5] << 16) | (buf[6] << 8) | buf[7]
                 now = clock()
@@ -232,7 +249,7 @@ class Endpoint:
                     if q is None:
                         self.unknown += 1
                     else:
-                        q.on_ack(buf, n, now)
+                        q.on_ack(buf, n, now if t_rx is None or t_rx > now else t_rx)
                 elif op == w.OP_CNP:
                     q = req.get(qpn)
                     if q is None:
@@ -244,7 +261,7 @@ class Endpoint:
                     if r is None or op not in w.DATA_OPS:
                         self.unknown += 1
                     else:
-                        r.on_data(buf, n, op, tos, now, addr[1])
+                        r.on_data(buf, n, op, tos, now, addr[1], recs)
 
     def close(self) -> None:                 # the receive thread is done with it
         self.rx_open = False
@@ -285,6 +302,8 @@ class Responder:
         self.ext = bool(o.get("ext"))              # data packets carry an XTH (transmit time)
         self.xacks = self.ext or self.ooo_mode     # ACKs carry an XACK (SACK bitmap, echoes)
         self.echoes: list = []                     # (entropy, ECHO_* flags) since the last ACK
+        self.int_rec = b""                         # HPCC: the INT hop records of the last data packet, not yet echoed
+        self.int_stacks = 0                        # data packets that arrived with an INT stack
         self.ts_echo = 0
         self.trims = 0
         self.credit_psn = None                     # EQDS: the receiver's credit limit for this flow
@@ -336,7 +355,8 @@ class Responder:
     # -- control packets
     def _xack(self, trim: bool) -> bytes:
         """The XACK of the next ACK/NAK: SACK bitmap over the 64 PSNs after the cumulative one, the echoed
-        transmit time, the credit limit, the echoes gathered since the last ACK (then cleared)."""
+        transmit time, the credit limit, the echoes gathered since the last ACK (then cleared), and the INT hop
+        records of the last data packet that carried a stack (once)."""
         flags = w.XACK_TRIM if trim else 0
         bitmap = 0
         base = self.epsn + 1
@@ -351,7 +371,8 @@ class Responder:
             flags |= w.XACK_CREDIT
             credit = self.credit_psn
         echoes, self.echoes = self.echoes[:w.ECHO_MAX], self.echoes[w.ECHO_MAX:]
-        return w.xack_bytes(flags, base, bitmap, self.ts_echo, credit, echoes)
+        recs, self.int_rec = self.int_rec, b""
+        return w.xack_bytes(flags, base, bitmap, self.ts_echo, credit, echoes, recs)
 
     def _ack(self, nak_psn: int | None = None, trim: bool = False) -> None:
         x = self._xack(trim) if (self.xacks or trim) else b""
@@ -365,7 +386,11 @@ class Responder:
         if not self.ep.send_ctl(pkt, self.dst):
             self.ctl_lost += 1
 
-    def on_data(self, buf, n: int, op: int, tos: int, now: float, entropy: int = 0) -> None:
+    def on_data(self, buf, n: int, op: int, tos: int, now: float, entropy: int = 0, int_recs=None) -> None:
+        """A data packet (``buf[:n]``: BTH onwards); ``int_recs``: the hop records of the INT stack it carried."""
+        if int_recs is not None:
+            self.int_rec = int_recs
+            self.int_stacks += 1
         trimmed = buf[4] & w.BTH_TRIMMED
         if not trimmed and self.drop_prob and self.rng.random() < self.drop_prob:
             self.dropped += 1
@@ -534,7 +559,7 @@ class Responder:
                     last_rx=self.complete_at or self.last_rx, complete=self.complete, dup=self.dup,
                     reordered=self.ooo, naks_sent=self.naks, acks_sent=self.acks, ce_marks=self.ce,
                     cnps_sent=self.np.cnps if self.np else 0, injected_drops=self.dropped, checksum_ok=ok,
-                    ctl_lost=self.ctl_lost, trims_seen=self.trims)
+                    ctl_lost=self.ctl_lost, trims_seen=self.trims, int_stacks=self.int_stacks)
 
 
 # ---------------------------------------------------------------- requester (sender of a flow)
@@ -642,9 +667,15 @@ class Requester:
         self.sport = min(flow["sport"], 65535 - self.n_ent + 1)
         self.batch = max(1, min(int(o.get("batch") or 1), 32))
         self.tos = (dscp << 2) | w.ECT0
+        # HPCC: an empty INT stack before every data packet's BTH (every switch adds its record; wire.py)
+        hops = int(o.get("int_hops") or 0)
+        self.int_stack = w.int_host_stack(hops, self.tos) if hops else b""
+        self.int_echoes = 0                              # ACKs that echoed INT hop records
         size = flow["size_bytes"]
         self.data = memoryview(flow_data(flow, size if size is not None else self.lay.msg))
         if self.n_ent > 1:
+            if self.int_stack:
+                raise ValueError("traffic.roce.entropy: hpcc's INT stack needs one source port per QP (entropy qp)")
             # more than one source port: one raw socket, whole bursts per sendmmsg (batch.py)
             self.bs = BatchSender(flow["src_addr"], flow["dst_addr"], rsp_qpn(self.fid), self.data.obj, BURST,
                                   sndbuf=job.get("sndbuf_each"), prio=flow.get("prio"),
@@ -654,10 +685,12 @@ class Requester:
         else:
             # one UDP socket (the source port is the socket's); see wire.data_socket
             self.bs = None
-            self.socks = [w.data_socket(flow["src_addr"], self.sport, tos=self.tos, sndbuf=job.get("sndbuf_each"),
-                                        gso=self.batch > 1, prio=flow.get("prio"))]
+            self.socks = [w.data_socket(flow["src_addr"], self.sport,
+                                        tos=self.tos | (w.INT_DSCP_BIT if self.int_stack else 0),
+                                        sndbuf=job.get("sndbuf_each"), gso=self.batch > 1, prio=flow.get("prio"))]
             self.sock = self.socks[0]                # the one to poll for writability
-        self.ce_cmsg = [(socket.IPPROTO_IP, IP_TOS, struct.pack("i", (dscp << 2) | w.CE))]
+        self.ce_cmsg = [(socket.IPPROTO_IP, IP_TOS, struct.pack(
+            "i", (dscp << 2) | w.CE | (w.INT_DSCP_BIT if self.int_stack else 0)))]
         self.rto = float(o.get("rto_s", 0.01))
         line = o.get("line_bps")
         self.poll_s = max(POLL_S, POLL_SHARE * (self.lay.mtu + w.HDR_MAX) * 8 / line) if line else POLL_S
@@ -678,6 +711,13 @@ class Requester:
         self.send_start = self.send_end = None
         self.last_progress = 0.0
         self.next_t = 0.0
+        self.pace_rate = 0.0                            # the rate next_t was scheduled at
+        self.ackreq_at = -1.0                           # when a packet last asked for an ACK
+        # a packet asks for an ACK at least this often, and a paced sender looks at its ACKs at least this often:
+        # ACKs every 4 packets of a slow paced flow came later than the RTO (spurious timeouts that halved
+        # TIMELY's rate again and again), and a sender paced below a packet per RTT read its ACKs only when it
+        # woke up to send (stale windows)
+        self.ack_every_s = self.rto / 8
         self.error = None
         self.done = False
         self.last_nak = -1
@@ -704,9 +744,12 @@ class Requester:
         idx = w.unwrap((buf[9] << 16) | (buf[10] << 8) | buf[11], self.una)
         una0, sacked0 = self.una, self.nsacked
         x = w.parse_xack(buf, w.BTH_LEN + w.AETH_LEN, n - w.ICRC_LEN) if n > 20 else None
-        flags, rtt, ce = 0, None, False
+        flags, rtt, ce, hops = 0, None, False, None
         if x is not None:
-            flags, base, bitmap, ts, credit, echoes = x
+            flags, base, bitmap, ts, credit, echoes, recs = x
+            if recs:
+                hops = w.int_hops(recs)
+                self.int_echoes += 1
             if flags & w.XACK_TS:
                 rtt = ((int(now * 1e6) - ts) & 0xFFFFFFFF) / 1e6
                 if rtt < 10.0:
@@ -758,7 +801,7 @@ class Requester:
         if self.scc is not None:
             acked = (self.una - una0) + (self.nsacked - sacked0)    # newly delivered: cumulative + SACKed
             inflight = (self.hi - self.una - self.nsacked) * self.lay.mtu
-            self.scc.on_ack(now, acked_bytes=acked * self.lay.mtu, rtt_s=rtt, ecn=ce, inflight=inflight)
+            self.scc.on_ack(now, acked_bytes=acked * self.lay.mtu, rtt_s=rtt, ecn=ce, inflight=inflight, hops=hops)
             if self.trace is not None:
                 self.trace.sample(now, self.scc.cwnd, self._cc_rate())
         elif self.trace is not None and self.rp is not None:
@@ -826,7 +869,12 @@ class Requester:
         self._check_rto(now)
         rate = self._rate(now)
         if rate:
+            if self.next_t > now and rate > self.pace_rate:    # faster now: the rest of the wait shrinks
+                self.next_t = now + (self.next_t - now) * self.pace_rate / rate
+                self.pace_rate = rate
             if self.next_t > now:
+                if self.scc is not None or self.rp is not None:
+                    return WAIT_TIME, min(self.next_t, now + self.ack_every_s)
                 return WAIT_TIME, self.next_t
             if self.next_t < now - MAX_LAG_S:
                 self.next_t = now - MAX_LAG_S
@@ -837,8 +885,12 @@ class Requester:
         return self.una >= self.npk if self.npk is not None else now >= self.deadline
 
     def _check_rto(self, now: float) -> None:
-        """No progress for an RTO: resend the oldest unacknowledged packet (ooo) or go back to it (gbn)."""
-        if self.hi > self.una and now - self.last_progress > self.rtt.rto(self.rto):
+        """No progress for an RTO: resend the oldest unacknowledged packet (ooo) or go back to it (gbn). Not while
+        retransmissions wait to go out: their timer starts when they leave (:meth:`_commit`, RFC 6298 5.3) — a
+        paced flow whose rate a timeout had just cut timed out again and again before its retransmission left,
+        and each timeout cut the rate once more (TIMELY fell to its floor)."""
+        if (self.hi > self.una and not self.retxq and self.nxt >= self.hi
+                and now - self.last_progress > self.rtt.rto(self.rto)):
             self.timeouts += 1
             self.last_progress = now
             if self.track_ent and self.una < len(self.psn_ent):
@@ -900,6 +952,10 @@ class Requester:
             pack_bth, pack_bthreth = (lambda *a: w.BTH.pack(*a) + w.XTH.pack(ts, 0),
                                       lambda *a: w.BTH_RETH.pack(*a) + w.XTH.pack(ts, 0))
         limit = self._new_psn_limit(mtu)
+        ack_every = self.ack_every_s
+        areq_due = self.ackreq_at + ack_every
+        stack = self.int_stack                        # HPCC: an INT stack before the BTH (not in the ICRC)
+        slen = len(stack)
         parts: list = []
         meta: list = []
         g_n, g_ulen, g_sock = 0, 0, None
@@ -930,20 +986,24 @@ class Requester:
             pad = -ln & 3
             hl = (28 if j == 0 else 12) + (8 if ext else 0)
             ulen = 12 + hl + ln + pad                 # UDP header + BTH[+RETH][+XTH] + payload + pad + ICRC
+            wlen = ulen + slen                        # … on the wire, with an INT stack
             if pick is not None:
                 k = pick(now)
                 sport, sock = sport0 + k, socks[k]
             else:
                 k, sport, sock = 0, sport0, socks[0]
-            if g_n and (ulen != g_ulen or sock is not g_sock or g_n == batch):
+            if g_n and (wlen != g_ulen or sock is not g_sock or g_n == batch):
                 st = self._send(g_sock, parts, meta, g_ulen, daddr, rp, rate, now)
                 if st is not None:
                     return st
                 parts, meta, g_n = [], [], 0
             # ack request: a message's last packet; with a CC window also the last packet the window allows
             # (the receiver ACKs every ACK_EVERY packets, more than a small window holds) and every 4th
-            psnw = (0x80000000 if last or (ext and (idx & 3 == 3 or (limit is not None and idx + 1 >= limit)))
-                    else 0) | (idx & 0xFFFFFF)
+            if last or (ext and (idx & 3 == 3 or (limit is not None and idx + 1 >= limit) or now >= areq_due)):
+                psnw = 0x80000000 | (idx & 0xFFFFFF)
+                areq_due = now + ack_every
+            else:
+                psnw = idx & 0xFFFFFF
             if j == 0:
                 hdr = pack_bthreth(w.OP_WRITE_ONLY if last else w.OP_WRITE_FIRST, pad << 4, pkey, word1, psnw,
                                    0x10000000 + m * lmsg, 0x1234, ml)
@@ -955,21 +1015,24 @@ class Requester:
                 c = tmpl.prefix(sport, ulen, g_n)
             src = data[base + off_in:base + off_in + ln]
             c = crc32(src, crc32(hdr, c))
+            if slen:
+                parts.append(stack)
             if pad:
                 pd = PADS[pad]
                 parts += (hdr, src, pd, pack_icrc(crc32(pd, c) ^ fix[ulen]))
             else:
                 parts += (hdr, src, pack_icrc(c ^ fix[ulen]))
-            meta.append((idx, from_q, ln, k, 20 + ulen))
+            meta.append((idx, from_q, ln, k, 20 + wlen))
             g_n += 1
-            g_ulen, g_sock = ulen, sock
+            g_ulen, g_sock = wlen, sock
             if not from_q:
                 nxt = idx + 1
             if rate:
-                next_t += (20 + ulen) * 8 / rate
+                next_t += (20 + wlen) * 8 / rate
                 if next_t > now:
                     broke = True
                     break
+        self.ackreq_at = areq_due - ack_every
         if g_n:
             st = self._send(g_sock, parts, meta, g_ulen, daddr, rp, rate, now)
             if st is not None:
@@ -1014,7 +1077,7 @@ class Requester:
         if self.hi <= self.una:
             self.last_progress = now
         pe = self.psn_ent if self.track_ent else None
-        hi, retrans, nbytes, nwire = self.hi, 0, 0, 0
+        hi, retrans, nbytes, nwire, una = self.hi, 0, 0, 0, self.una
         for idx, from_q, ln, ent, wire in meta:
             if pe is not None:
                 if idx >= len(pe):
@@ -1024,6 +1087,8 @@ class Requester:
                 self.nxt = idx + 1
             if idx < hi:
                 retrans += 1
+                if idx == una:                        # the oldest outstanding PSN left again: its timer starts
+                    self.last_progress = now
             else:
                 hi = idx + 1
             nbytes += ln
@@ -1036,6 +1101,7 @@ class Requester:
             rp.on_bytes(nwire, now)                   # = one call per packet (a byte counter)
         if rate:
             self.next_t += nwire * 8 / rate
+            self.pace_rate = rate
 
     def _burst_batched(self, now: float, rate):
         """:meth:`_burst` for a flow with several source ports: up to BURST packets, each with the entropy its
@@ -1064,6 +1130,8 @@ class Requester:
         nxt, next_t = self.nxt, self.next_t
         sacked = self.sacked if self.nsacked else None
         limit = self._new_psn_limit(mtu)
+        ack_every = self.ack_every_s
+        areq_due = self.ackreq_at + ack_every
         meta: list = []
         i = 0
         broke = False
@@ -1094,8 +1162,11 @@ class Requester:
             k = pick(now)
             sport = sport0 + k
             tos = tos_ce if ce_prob and rng.random() < ce_prob else tos0
-            psnw = (0x80000000 if last or (ext and (idx & 3 == 3 or (limit is not None and idx + 1 >= limit)))
-                    else 0) | (idx & 0xFFFFFF)
+            if last or (ext and (idx & 3 == 3 or (limit is not None and idx + 1 >= limit) or now >= areq_due)):
+                psnw = 0x80000000 | (idx & 0xFFFFFF)
+                areq_due = now + ack_every
+            else:
+                psnw = idx & 0xFFFFFF
             h = hdr_off[i]
             if j == 0:
                 ulen = 40 + xl + ln + pad             # UDP 8 + BTH 12 + RETH 16 [+ XTH 8] + payload + pad + ICRC 4
@@ -1144,6 +1215,7 @@ class Requester:
                 if next_t > now:
                     broke = True
                     break
+        self.ackreq_at = areq_due - ack_every
         if i:
             bs.n = i
             st = self._flush(meta, rp, rate, now)
@@ -1186,7 +1258,8 @@ class Requester:
                  send_end=self.send_end, retrans=self.retrans, timeouts=self.timeouts, naks_received=self.naks,
                  acks_received=self.acks, cnps_received=rp.cnps if rp else 0,
                  final_rate_bps=rp.rate if rp else None, alpha=rp.alpha if rp else None, error=self.error,
-                 sacks=self.sacks, trim_naks=self.trim_naks, **self.policy.stats(), **self.rtt.stats())
+                 sacks=self.sacks, trim_naks=self.trim_naks, int_echoes=self.int_echoes if self.int_stack else None,
+                 **self.policy.stats(), **self.rtt.stats())
         if self.trace is not None:
             d.update(self.trace.stats())
         if self.scc is not None:

@@ -24,6 +24,7 @@ import struct
 import zlib
 
 from ...qos_classes import skb_priority
+from .cc.base import Hop
 
 ROCE_PORT = 4791
 
@@ -81,15 +82,46 @@ XTH_LEN = 8
 # sack_base + i received; sack_base = the cumulative PSN + 1, which is missing by definition), the echoed transmit
 # time of the packet that triggered the ACK, the receiver's credit limit (EQDS: the sender may send PSNs below it),
 # then per data packet received since the last ACK its entropy (UDP source port) and whether it was CE-marked or
-# trimmed: what path-aware spraying and ECN/delay CC read.
-XACK = struct.Struct("!BBHIQII")        # flags, n_echo, reserved, sack_base, bitmap, ts_echo_us, credit_psn
+# trimmed: what path-aware spraying and ECN/delay CC read; then, with XACK_INT, the INT hop records of the last data
+# packet (HPCC, below).
+XACK = struct.Struct("!BBHIQII")        # flags, n_echo, n_int (hop records), sack_base, bitmap, ts_echo_us, credit_psn
 XACK_LEN = 24
 ECHO = struct.Struct("!HBB")            # entropy (UDP source port), ECHO_* flags, reserved
 ECHO_LEN = 4
 ECHO_MAX = 32
 XACK_SACK, XACK_TS, XACK_CREDIT, XACK_TRIM = 1, 2, 4, 8   # XACK_TRIM: this NAK is for a trimmed packet
+XACK_INT = 16               # INT hop records follow the echoes (their count in the XACK's reserved field)
 ECHO_CE, ECHO_TRIM = 1, 2
 SACK_BITS = 64
+
+# HPCC (traffic.cc: hpcc): the sender starts an INT-MD stack in every data packet — shim + metadata header with no
+# record, between the UDP header and the BTH, DSCP bit 0 set (docs/int.md, "Host stacks") — every switch adds its
+# 32-byte hop record, and the receiver takes the stack out and echoes the records, as they arrived (newest first),
+# in its next XACK (XACK_INT). The ICRC is that of the packet without the stack (what the receiver is left with).
+INT_DSCP_BIT = 0x04         # TOS bit of DSCP value 1: an INT stack follows the UDP header
+INT_SHIM_HOST = 0x01        # shim flags: a host stack (the destination host is the sink)
+INT_HDR_LEN = 16            # shim (4) + INT-MD metadata header (12)
+INT_HOP_LEN = 32
+INT_HOP = struct.Struct("!IIIIQII")     # switch, ingress|egress port, hop latency ns, queue id|occupancy, ingress
+                                        # timestamp ns, egress tx bytes (low 32 bits), egress link rate kbit/s
+
+
+def int_host_stack(hops: int, tos: int) -> bytes:
+    """The empty INT stack an HPCC sender puts after the UDP header: room for ``hops`` records, the packet's TOS
+    before DSCP bit 0 was set (``tos``), the instructions and domain of docs/int.md."""
+    shim = struct.pack("!BBBB", 1 << 4, INT_HDR_LEN // 4, INT_SHIM_HOST, tos & 0xFF)
+    hdr = struct.pack("!IHHHH", (2 << 28) | (8 << 8) | (hops & 0xFF), 0xF800, 0x4654, 0xC000, 0)
+    return shim + hdr
+
+
+def int_hops(records) -> tuple:
+    """The hop records of an XACK (newest first, as the stack holds them) as :class:`cc.Hop` in path order: queue
+    occupancy (bytes), tx bytes (mod 2^32), timestamp (ns), link rate (bit/s)."""
+    out = []
+    for i in range(len(records) // INT_HOP_LEN - 1, -1, -1):
+        _sw, _ports, _lat, q, ts, tx, kbps = INT_HOP.unpack_from(records, i * INT_HOP_LEN)
+        out.append(Hop(q & 0xFFFFFF, tx, ts, kbps * 1000.0))
+    return tuple(out)
 
 
 def ib_mtu(packet_size: int) -> int:
@@ -257,22 +289,30 @@ def ack_packet(t: Template, psn: int, sport: int, msn: int = 0, nak: bool = Fals
 
 
 def xack_bytes(flags: int, sack_base: int, bitmap: int, ts_echo_us: int, credit_psn: int,
-               echoes: list[tuple[int, int]]) -> bytes:
-    head = XACK.pack(flags, len(echoes), 0, sack_base & PSN_MASK, bitmap & ((1 << SACK_BITS) - 1),
-                     ts_echo_us & 0xFFFFFFFF, credit_psn & PSN_MASK)
-    return head + b"".join(ECHO.pack(e, f, 0) for e, f in echoes)
+               echoes: list[tuple[int, int]], int_records: bytes = b"") -> bytes:
+    """An XACK; ``int_records`` (whole 32-byte INT hop records) ride after the echoes with XACK_INT set."""
+    if int_records:
+        flags |= XACK_INT
+    head = XACK.pack(flags, len(echoes), len(int_records) // INT_HOP_LEN, sack_base & PSN_MASK,
+                     bitmap & ((1 << SACK_BITS) - 1), ts_echo_us & 0xFFFFFFFF, credit_psn & PSN_MASK)
+    return head + b"".join(ECHO.pack(e, f, 0) for e, f in echoes) + int_records
 
 
 def parse_xack(buf, off: int, end: int):
-    """(flags, sack_base, bitmap, ts_echo_us, credit_psn, [(entropy, flags), …]) of the XACK at ``off``, or None
-    when the ACK carries none (``end``: where the ICRC starts)."""
+    """(flags, sack_base, bitmap, ts_echo_us, credit_psn, [(entropy, flags), …], INT records) of the XACK at
+    ``off``, or None when the ACK carries none (``end``: where the ICRC starts). INT records: the bytes of the
+    hop records (:func:`int_hops` reads them), empty without XACK_INT."""
     if end - off < XACK_LEN:
         return None
-    flags, n, _r, base, bitmap, ts, credit = XACK.unpack_from(buf, off)
+    flags, n, nint, base, bitmap, ts, credit = XACK.unpack_from(buf, off)
     off += XACK_LEN
     n = min(n, (end - off) // ECHO_LEN)
     echoes = [ECHO.unpack_from(buf, off + ECHO_LEN * i)[:2] for i in range(n)]
-    return flags, base, bitmap, ts, credit, echoes
+    recs = b""
+    if flags & XACK_INT:
+        off += ECHO_LEN * n
+        recs = bytes(buf[off:off + min(nint, (end - off) // INT_HOP_LEN) * INT_HOP_LEN])
+    return flags, base, bitmap, ts, credit, echoes, recs
 
 
 def cnp_packet(t: Template, sport: int) -> bytes:

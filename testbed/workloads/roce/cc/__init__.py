@@ -55,9 +55,14 @@ def families(name: str) -> tuple[str, ...]:
 
 def estimate_base_rtt(link_rates_bps, packet_bytes: int, one_way_delay_s: float = 0.0,
                       host_path_s: float = HOST_PATH_S) -> float:
-    """Unloaded RTT of a path: one data packet serialised on each link (store and forward), the propagation both
-    ways and the hosts' kernel/Python path (ACKs are small: their serialisation is left out)."""
-    ser = sum(packet_bytes * 8 / r for r in link_rates_bps)
+    """Unloaded RTT of a path as this emulator has it: one data packet serialised once, at the slowest link, the
+    propagation both ways and the hosts' kernel/Python path (ACKs are small: their serialisation is left out).
+    Once, not per hop: every emulated link is a token bucket with a two-frame burst, so a packet crosses a link
+    whose bucket is full without waiting; a flow at line rate waits its serialisation where its rate is set (its
+    own NIC, or the slowest link) and finds the next links' buckets refilled. Measured: RTT p50 0.6 ms on an
+    empty 4-link 20 Mbit/s path with 1,092-byte packets (0.2 + 0.44 ms), where store-and-forward per hop would
+    give 1.95 ms; taking the larger value let the delay-based controllers keep 3× the queue their targets mean."""
+    ser = max(packet_bytes * 8 / r for r in link_rates_bps) if link_rates_bps else 0.0
     return ser + 2 * one_way_delay_s + host_path_s
 
 

@@ -79,7 +79,10 @@ class HpccSender:
                 if dt <= 0:
                     continue
                 b = h.link_rate_bps / 8
-                tx_rate = (h.tx_bytes - old.tx_bytes) / dt
+                sent = h.tx_bytes - old.tx_bytes
+                if sent < 0:                            # INT carries the counter's low 32 bits
+                    sent += 1 << 32
+                tx_rate = sent / dt
                 q = max(0, min(h.qlen_bytes, old.qlen_bytes) - self.p.qlen_allowance)
                 ui = q / (b * T) + tx_rate / b
                 if tau is None or ui > u:
