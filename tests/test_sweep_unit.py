@@ -246,6 +246,16 @@ def test_interrupt_keeps_the_finished_runs(tmp_path):
     assert pd.read_csv(out / "comparison.csv")["runs"].tolist() == [2]
 
 
+@pytest.fixture
+def python_sigint():
+    """SIGINT as Python sets it up (KeyboardInterrupt): a shell starts background jobs with SIGINT ignored."""
+    import signal
+    prev = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, prev)
+
+
+@pytest.mark.usefixtures("python_sigint")
 def test_an_interrupt_python_dropped_still_stops_the_sweep_after_the_run(tmp_path, capsys):
     """SIGINT handled inside a __del__ (as in a weakref callback while a lab is built): Python prints and drops
     the KeyboardInterrupt; the sweep notices at the run's end, keeps that run and stops."""
@@ -272,6 +282,7 @@ def test_an_interrupt_python_dropped_still_stops_the_sweep_after_the_run(tmp_pat
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+@pytest.mark.usefixtures("python_sigint")
 def test_an_error_out_of_an_interrupted_run_is_the_interrupt_not_a_failure(tmp_path):
     """A teardown that raced the interrupt raises OSError instead of KeyboardInterrupt: the sweep stops and does
     not record the run as failed (a resume runs it again)."""
