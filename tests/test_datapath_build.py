@@ -23,6 +23,8 @@ def test_first_error_prefers_verifier_complaint():
     log = "0: (b7) r1 = 0\nR0 unbounded memory access\nprocessed 35 insns (limit 1000000)\n"
     assert _first_error(log) == "verifier: R0 unbounded memory access"
     assert _first_error("x.c:3:1: error: unknown type name 'u99'\n1 error generated.\n").startswith("x.c:3:1")
+    # a log with only warnings names nothing: the exception's own text is the error (BCC's "Unknown program …")
+    assert _first_error("x.h:1:2: warning: discards qualifiers\n1 warning generated.\n") == ""
 
 
 def test_stub_built_atomically_by_concurrent_runs(tmp_path):

@@ -38,6 +38,8 @@ def docker():
         c = client(log=print)
     except DockerError as e:
         pytest.skip(f"Docker cannot run here: {e}")
+    # a daemon started here is a service, not our child (tests elsewhere check that nothing of ours is left)
+    assert not [p for p in processes_named("dockerd") if _ppid(p) == os.getpid()]
     t = time.monotonic()
     res = run_cli("image", "build", "--force", timeout=300)
     assert res.returncode == 0, res.stderr
@@ -51,6 +53,11 @@ def docker():
         c.api.import_image_from_file(tar.name, repository=repo, tag=tag)
     yield c
     c.images.remove(NOPYTHON, force=True)
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def _containers(c, lab: str) -> list:

@@ -133,8 +133,12 @@ def test_more_qps_per_connection_shorten_the_ring_allreduce(tmp_path):
     jct, imb = {}, {}
     for name, sets in runs.items():
         d, row = runner.run(scenario.load(ROOT / "scenarios" / "qp-scaling.yaml", sets), tmp_path / name)
-        ops = pd.read_csv(d / "collectives.csv")
-        assert len(ops) == 3 and ops["jct_ms"].notna().all() and row["retransmits"] == 0
+        ops, fl = pd.read_csv(d / "collectives.csv"), pd.read_csv(d / "flows.csv")
+        # rto auto: no spurious timeout. Retransmits are not asserted 0: about one run in ten a packet of some
+        # QP arrives out of order (veth hands frames to per-CPU backlogs; docs/architecture.md §4, Links and timing) and
+        # go-back-N resends the rest of that transfer (12–57 packets of 2,304 seen)
+        assert len(ops) == 3 and ops["jct_ms"].notna().all() and fl["timeouts"].sum() == 0
+        assert row["retransmits"] <= 0.05 * fl["packets_sent"].sum()
         jct[name], imb[name] = ops["jct_ms"].mean() * run_had(row), row["uplink_imbalance"]
     print(f"\n[qp-scaling] JCT ms {({k: round(v) for k, v in jct.items()})}, uplink imbalance "
           f"{({k: round(v, 3) for k, v in imb.items()})}")

@@ -132,7 +132,7 @@ FTB_ALWAYS_INLINE int int_grow(struct __sk_buff *skb, const struct int_head *old
 		int_count(INT_FAILED);
 		return ip.tos;            /* nothing changed: forwarded uninstrumented */
 	}
-	if (bpf_skb_store_bytes(skb, INT_UDP_OFF, blk, INT_BLOCK, 0) < 0)
+	if (bpf_skb_store_bytes(skb, INT_UDP_OFF, (void *)blk, INT_BLOCK, 0) < 0)
 		return -1;
 	diff = bpf_csum_diff((__be32 *)old, old_len, (__be32 *)blk, INT_BLOCK, 0);
 	bpf_l4_csum_replace(skb, INT_CSUM_OFF, 0, diff, BPF_F_MARK_MANGLED_0);

@@ -440,7 +440,7 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
     if ints:
         int_rows, int_stats = _merge_int(ints, topo, part.of, traffic.flows)
         failures += [f"{used[i].name}: {x['error']}" for i, x in ints.items() if x["error"]]
-        degradations += runner._int_degradations(int_stats)
+        degradations += runner._int_degradations(int_stats, scen)
     pfc = _merge_pfc([f["pfc"] for f in finals.values()])
     degradations += pfc.get("degradations", [])
     degradations += info.get("agent_problems", [])

@@ -97,25 +97,37 @@ def client(start: bool = True, install: bool = True, log=lambda s: None):
 
 
 def start_daemon(log=lambda s: None) -> int:
-    """Start dockerd in its own session (it outlives this process, like a service) and wait until it answers.
-    Returns its pid. Its output goes to DOCKERD_LOG; a daemon that exits is one line with its last log line."""
+    """Start dockerd as a service would run it and wait until it answers; returns its pid. A shell starts it in
+    the background in a session of its own and exits, so the daemon is re-parented to init: it is no child of this
+    process (nothing of ours to reap, and a test's check for leftover children does not see it), and Ctrl-C here
+    does not reach it. Its output goes to DOCKERD_LOG; a daemon that exits is one line with its last log line."""
     DOCKERD_LOG.parent.mkdir(parents=True, exist_ok=True)
     log(f"docker: starting dockerd {' '.join(DOCKERD_ARGS)} (log: {DOCKERD_LOG})")
-    with open(DOCKERD_LOG, "ab") as out:
-        # close_fds (the default) matters: an inherited lock or pipe would be held for the daemon's lifetime
-        proc = subprocess.Popen(["dockerd", *DOCKERD_ARGS], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                start_new_session=True)
+    # the shell opens the log itself; close_fds (the default) keeps our locks and pipes out of the daemon
+    started = subprocess.run(["sh", "-c", 'setsid dockerd "$@" </dev/null >>"$0" 2>&1 & echo $!',
+                              str(DOCKERD_LOG), *DOCKERD_ARGS], stdin=subprocess.DEVNULL, capture_output=True,
+                             text=True, check=True)
+    pid = int(started.stdout.strip())
     docker = sdk(install=False)
     end = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise DockerError(f"dockerd exited with status {proc.returncode}: {_last_log_line()}")
         c, _ = _connect(docker)
         if c is not None:
             c.close()
-            return proc.pid
+            return pid
+        if not _alive(pid):
+            raise DockerError(f"dockerd exited: {_last_log_line()}")
         time.sleep(0.2)
     raise DockerError(f"dockerd did not answer within {START_TIMEOUT_S:g} s: {_last_log_line()}")
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (init reaps the daemon, so an exited one is gone, not a zombie of ours)."""
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def _last_log_line() -> str:

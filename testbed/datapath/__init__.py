@@ -161,7 +161,7 @@ def _first_error(log: str) -> str:
     for i, ln in enumerate(lines):
         if ln.startswith("processed ") and " insns" in ln and i:
             return "verifier: " + lines[i - 1]
-    return next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else "")
+    return next((ln for ln in lines if "error" in ln.lower()), "")   # none: the exception says it (BCC's own)
 
 
 class Datapath:
@@ -225,7 +225,7 @@ class Datapath:
         BPF = import_bcc()
         text = source.render(source.EBPF_DIR / "switch.c")
         # INT off: the INT stage is not compiled at all (nothing can tail-call it; a fifth less compile time)
-        cflags = [f"-D{k}={v}" for k, v in self.sizes.items()] + [f"-DFTB_INT_STAGE={int(self.int_spec is not None)}"]
+        cflags = [f"-D{k}={v}" for k, v in self.sizes.items()] + [f"-DFTB_INT_STAGE={int(self.int_on)}"]
         t0 = time.perf_counter()
         with quiet_stderr() as err:
             try:
