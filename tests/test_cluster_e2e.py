@@ -179,6 +179,30 @@ def test_pfc_incast_across_the_cut_stays_lossless(cluster, tmp_path):
     assert len(flows) == 8 and all(int(float(f["lost"])) == 0 for f in flows)
 
 
+def test_credit_incast_across_the_cut_stays_lossless(cluster, tmp_path):
+    """incast-credit with the receiver's leaf and the spine on m0, the senders' leaves on m1: the spine grants
+    leaf1's and leaf2's uplinks their credit in credit frames over the VXLAN links (FCCL), the leaves' agents
+    set their meters from them. Nothing is dropped or lost, the spine's ingresses from the cut ran out of credit
+    (stalls: the grants did hold the senders back), and leaf1's uplink waited for them."""
+    res, out = _run(tmp_path, "credit", "scenarios/incast-credit.yaml", "--cluster", "auto",
+                    "--set", "placement.strategy=manual",
+                    "--set", "placement.assign={leaf0: 0, spine0: 0, leaf1: 1, leaf2: 1}")
+    assert res.returncode == 0, res.stderr
+    rows = _rows(out / "links.csv")
+    def total(sw, port, col, direction):
+        return sum(float(r[col]) for r in rows if r["switch"] == sw and r["port"] == port
+                   and r["direction"] == direction)
+    stalls = {p: total("spine0", p, "credit_stalls", "rx") for p in ("leaf1", "leaf2")}
+    granted = {p: total("spine0", p, "credits_granted", "rx") for p in ("leaf1", "leaf2")}
+    wait = total("leaf1", "spine0", "credit_wait_s", "tx")
+    print(f"\n[credit across the cut] spine0 stalls {stalls}, granted {granted} B, leaf1 uplink waited {wait:.2f} s")
+    assert sum(int(float(r["drops"])) for r in rows) == 0
+    assert all(v > 0 for v in stalls.values()) and all(v > 0 for v in granted.values())
+    assert wait > 0.1
+    flows = _rows(out / "flows.csv")
+    assert len(flows) == 8 and all(int(float(f["lost"])) == 0 for f in flows)
+
+
 def _part_labs() -> list[dict]:
     import re
 

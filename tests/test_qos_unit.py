@@ -362,6 +362,34 @@ def test_pfc_frame_is_consumed_and_counted(dp, topo):
     assert sum(dp.drop_counters().values()) == 0                   # not an error drop
 
 
+def test_credit_frame_is_consumed_and_posted_to_the_agent(dp, topo):
+    """A grant from another machine (control/credits.py, credit_frame) arriving on a port: dropped, not counted
+    as an error, and posted on the ring buffer with its priority, stall flag and time and limit decoded
+    (EVT_CREDIT_RX)."""
+    import ctypes as ct
+
+    from testbed.control.credits import credit_frame
+    from testbed.control.pfc import EVT_CREDIT_RX, PfcEvent
+    inp, _ = ports(topo)
+    got = []
+
+    def take(ctx, data, size):
+        ev = ct.cast(data, ct.POINTER(PfcEvent)).contents
+        got.append((ev.kind, ev.port, ev.prio, ev.quanta[0], ev.cause, ev.limit))
+    dp.bpf[b"pfc_events"].open_ring_buffer(take)
+    dp.bpf.ring_buffer_consume()
+    got.clear()                                                    # whatever earlier tests left in the ring
+    limit = (5 << 40) + 123_456_789                                # above 32 bits: every word of it decoded
+    f = credit_frame(bytes.fromhex(inp.peer_mac.replace(":", "")), 3, limit, stalled=True, stall_us=70_000)
+    assert len(f) == 60
+    r = testrun.run(dp.ingress_fd, f, ifindex=inp.ifindex)
+    assert r.verdict == TC_ACT_SHOT
+    dp.bpf.ring_buffer_consume()
+    assert got == [(EVT_CREDIT_RX, inp.ifindex, 3, 1, 70_000, limit)]
+    assert sum(dp.drop_counters().values()) == 0
+    assert dp.queue_counters(ports=[inp.ifindex])[(inp.ifindex, 3)].pause_rx == 0     # not a pause
+
+
 def test_queue_depth_seen_is_the_model(dp, topo):
     inp, out = ports(topo)
     f = bytes(pkt(topo))

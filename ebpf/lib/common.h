@@ -88,6 +88,7 @@ enum {
 #define N_PRIO 8
 #define ETH_P_MACCTL 0x8808       /* MAC control: PFC frames (opcode 0x0101) */
 #define PFC_OPCODE 0x0101
+#define CREDIT_OPCODE 0xFC01      /* MAC control, local: a credit grant over a link between two machines (FCCL) */
 #define ETH_P_KICK 0x88B5         /* local experimental: the agent's "kick" frame after a resume; dropped silently */
 /* HTB_MAJOR / HTB_CLASS_BASE are mirrored by testbed/qos_classes.py (qdisc handles, hosts' SO_PRIORITY) */
 #define HTB_MAJOR 0x10000         /* classid 1:(0x10 + prio) of the HTB class of a priority (skb->priority) */
@@ -95,6 +96,7 @@ enum {
 #define ECN_MASK 3
 #define EVT_XOFF 1                /* an ingress (port, prio) passed Xoff: send a PFC frame upstream */
 #define EVT_PFC_RX 2              /* a PFC frame arrived on a port: pause/resume its egress classes */
+#define EVT_CREDIT_RX 3           /* a credit frame arrived on a port: its sender may send up to `limit` bytes */
 
 struct qos_config {               /* qos_config[switch_id] */
 	__u8 dscp_prio[64];       /* DSCP → priority */
@@ -209,9 +211,10 @@ struct pfc_event {
 	__u64 ts;
 	__u32 kind;               /* EVT_* */
 	__u32 port;               /* ifindex the event is about */
-	__u32 prio;               /* EVT_XOFF: the priority; EVT_PFC_RX: class-enable vector */
-	__u32 cause;              /* EVT_XOFF: the egress port */
-	__u16 quanta[N_PRIO];     /* EVT_PFC_RX */
+	__u32 prio;               /* EVT_XOFF, EVT_CREDIT_RX: the priority; EVT_PFC_RX: class-enable vector */
+	__u32 cause;              /* EVT_XOFF: the egress port; EVT_CREDIT_RX: µs the link has been stalled in all */
+	__u16 quanta[N_PRIO];     /* EVT_PFC_RX; EVT_CREDIT_RX: [0] flags (1: stalled now) */
+	__u64 limit;              /* EVT_CREDIT_RX: bytes of the priority the port may have sent in all (FCCL) */
 };
 
 struct port_info {                /* ports[ifindex] */

@@ -36,7 +36,8 @@ FTB_ALWAYS_INLINE void qos_count_pause_rx(__u32 port, __u32 vector)
 }
 
 /* MAC control frames: a PFC frame (0x8808, opcode 0x0101) is posted to the agent, which pauses or resumes the
- * classes of this port's egress; the agent's kick frames are dropped. Returns a tc verdict, or -1 for other
+ * classes of this port's egress; so is a credit frame (opcode 0xFC01), whose grant the agent applies to this
+ * port's meter; the agent's kick frames are dropped. Returns a tc verdict, or -1 for other
  * frames. */
 FTB_ALWAYS_INLINE int qos_control_rx(struct __sk_buff *skb, __u32 port)
 {
@@ -53,7 +54,23 @@ FTB_ALWAYS_INLINE int qos_control_rx(struct __sk_buff *skb, __u32 port)
 	if (eth->h_proto != ftb_htons(ETH_P_MACCTL))
 		return -1;
 	w = (void *)(eth + 1);
-	if ((void *)(w + 2 + N_PRIO) > data_end || w[0] != ftb_htons(PFC_OPCODE))
+	if ((void *)(w + 2 + N_PRIO) > data_end)
+		return TC_ACT_SHOT;
+	if (w[0] == ftb_htons(CREDIT_OPCODE)) {
+		/* opcode, flags << 8 | prio, stalled µs (u32), limit (u64), all big-endian: what the receiving
+		 * port's agent on the other machine grants this port's egress (control/credits.py, remote links) */
+		ev.ts = bpf_ktime_get_ns();
+		ev.kind = EVT_CREDIT_RX;
+		ev.port = port;
+		ev.prio = ftb_ntohs(w[1]) & (N_PRIO - 1);
+		ev.quanta[0] = ftb_ntohs(w[1]) >> 8;
+		ev.cause = ((__u32)ftb_ntohs(w[2]) << 16) | ftb_ntohs(w[3]);
+		ev.limit = ((__u64)ftb_ntohs(w[4]) << 48) | ((__u64)ftb_ntohs(w[5]) << 32) |
+			   ((__u64)ftb_ntohs(w[6]) << 16) | ftb_ntohs(w[7]);
+		pfc_events.ringbuf_output(&ev, sizeof(ev), 0);
+		return TC_ACT_SHOT;
+	}
+	if (w[0] != ftb_htons(PFC_OPCODE))
 		return TC_ACT_SHOT;
 	ev.ts = bpf_ktime_get_ns();
 	ev.kind = EVT_PFC_RX;

@@ -31,15 +31,13 @@ class PartFailed(HelperFailed):
 
 def unsupported(scen) -> str | None:
     """What a fabric over several machines cannot do yet (None: nothing): the helpers that need every switch at
-    once (subnet manager, failure scheduler, WCMP controller), credits (a grant crosses the cut), Soft-RoCE and
-    container hosts; each named with why in one line."""
+    once (subnet manager, failure scheduler, WCMP controller), Soft-RoCE and container hosts; each named with why
+    in one line. (Credits cross the cut in credit frames: control/credits.py.)"""
     sw, tr = scen.switch, scen.traffic
     checks = [(sw.routing == "sm", "switch.routing: sm (the subnet manager programs every switch at once)"),
               (bool(scen.failures), "failures (the failure scheduler and link-state watcher see one machine)"),
               (sw.load_balancing == "wcmp" and sw.wcmp.source != "static",
                f"switch.wcmp.source: {sw.wcmp.source} (the WCMP controller reads every switch)"),
-              (sw.credit_on, "credit flow control (a grant is read from the receiving switch and applied to the "
-                             "sender's meter within the 0.5 ms margin; across the cut they are on two machines)"),
               (tr.engine == "rxe", "traffic.engine: rxe (the driver runs perftest in every host's namespace itself; "
                                    "they are on other machines)"),
               (scen.hosts.docker is not None, "hosts.docker (container hosts are started by one machine's Docker)")]

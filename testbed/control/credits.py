@@ -21,20 +21,33 @@ A switch sender's queue model learns its grant (CTL_VQ_CREDIT: the stream positi
 has really sent), so upstream accounting and ECN see a credit-starved queue hold its bytes. A link whose
 receiver can grant less than a frame is *stalled*; stalls, stalled time and credit granted are counted per
 receiving port (links.csv rx rows; the sender's tx row carries the wait).
+
+A link cut between two machines (testbed/cluster) has its receiver and its sender in two agents. The receiver's
+agent then sends the grant over the link itself, as InfiniBand's flow-control packets travel: a MAC control frame
+(``credit_frame``) with an absolute limit, FCCL = bytes received so far + credit — the stream position the sender
+may send up to. The switch program posts the frame to the sender's agent (EVT_CREDIT_RX), which sets the meter
+to FCCL − the bytes its port has sent (FCTBS: its TBF leaf's dequeued bytes, less the kick frames the agent sent
+through it). Bytes still on the wire between the machines count as sent, so the limit holds exactly as on a
+local link; a lost frame only delays credit (every later grant is absolute, and an unchanged one is repeated
+every REFRESH intervals).
 """
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass, field
 
 from ..datapath.queue_model import CTL_VQ_CREDIT, ingress_queued
-from ..fabric.netlink import TbfBucket
+from ..fabric.netlink import TbfBucket, qdisc_bytes
 from ..fabric.port import ETH_HLEN, N_PRIO
 from ..topology import TIERS
 
 TICK_LIMIT_S = 200.0            # a bucket of B bytes at the meter's rate is B/rate seconds: keep it in a u32 of ticks
 MIN_METER_BPS = 8000            # the meter's token rate: refills ≤ 1 byte per ms
 MARGIN_S = 0.0005               # the netlink call applying a grant, covered by the margin (p50 ~50 µs)
+CREDIT_DST = bytes.fromhex("0180c2000001")      # MAC control frames' address (as PFC's)
+ETH_P_MACCTL, CREDIT_OPCODE = 0x8808, 0xFC01    # ebpf/lib/common.h
+REFRESH = 16                    # a remote link's unchanged grant is sent again after this many intervals
 
 
 def meter_rate(buffer: int) -> int:
@@ -80,6 +93,14 @@ def check_buffers(ports: dict, switch_spec) -> list[str]:
     return warnings
 
 
+def credit_frame(src_mac: bytes, prio: int, limit: int, stalled: bool = False, stall_us: int = 0) -> bytes:
+    """A grant over a link between two machines: opcode, flags (1: the link is stalled now) and priority, the
+    µs it has been stalled before (the sender's machine reports its wait from them) and FCCL, big-endian,
+    padded to the minimum frame."""
+    body = struct.pack("!HHIQ", CREDIT_OPCODE, (int(stalled) << 8) | prio, min(stall_us, 0xFFFFFFFF), limit)
+    return CREDIT_DST + src_mac + struct.pack("!H", ETH_P_MACCTL) + body + bytes(46 - len(body))
+
+
 def grant(buffer: int, queued: int, margin: int, block: int) -> int:
     """The credit a receiver advertises: its free buffer for the ingress, less the margin, in whole blocks."""
     return max(0, buffer - queued - margin) // block * block
@@ -94,15 +115,32 @@ class CreditLink:
     buffer: int                     # the receive buffer advertised for this ingress and lane
     margin: int
     block: int
-    bucket: TbfBucket
+    bucket: TbfBucket | None        # None: the sender is on another machine (remote)
     frame: int
     step: int                       # the least credit an update adds (fewer updates, same credit)
     modelled: bool                  # the sender is a switch port (its queue has a model to cap), not a NIC
-    limit: int = 0                  # the grant in force (the bucket set at the last update)
+    limit: int = 0                  # the grant in force: local, the bucket set at the last update; remote, FCCL
     stalled_since: int | None = None
     arrived: int = 0                # the ingress's arrived counter when that grant was set
+    src_mac: bytes = b""            # remote: the receiving port's MAC, source of its credit frames
+    sent_at: int = 0                # remote: when the last credit frame went out (ns)
     stats: dict = field(default_factory=lambda: {"updates": 0, "stalls": 0, "stall_ns": 0, "granted": 0})
 
+    @property
+    def remote(self) -> bool:
+        return self.bucket is None
+
+
+@dataclass
+class RemoteSender:
+    """A local sending port whose receiver is on another machine: its meter follows the credit frames that
+    arrive on it (``CreditMeter.on_grant``)."""
+    port: int
+    prio: int
+    peer: int                       # the receiving port (on the other machine)
+    bucket: TbfBucket
+    frame: int
+    limit: int = 0                  # the FCCL in force
 
 class CreditMeter:
     """The credit loop of the flow-control agent: ``tick()`` from its main loop; ``links`` is empty when no tier
@@ -115,27 +153,50 @@ class CreditMeter:
         self.slots = agent.slots
         self.state = self.bpf[b"ingress_state"]
         self.latency_us: list[float] = []                  # reading → change applied, per grant sent
+        self.remote_us: list[float] = []                   # credit frame received → meter set (remote senders)
         self.links = self._links()
+        self.senders = self._remote_senders()
 
     def _links(self) -> list[CreditLink]:
-        ports, out = self.o.fabric.ports, []
+        """Every receiving switch port and lossless lane under credits on this machine. Its sender may be on
+        another machine (a link cut by testbed/cluster: ``fabric.ports`` holds every port of the fabric, the
+        part's topology only this machine's nodes); such a sender gets its grants in credit frames."""
+        ports, here, out = self.o.fabric.ports, self.o.topo.nodes, []
         for down, d in ports.items():
-            if d.flow_control != "credit" or not d.is_switch_port:
+            if d.flow_control != "credit" or not d.is_switch_port or d.node not in here:
                 continue
             u = ports[d.port.peer_ifindex]
             for prio in d.lossless:
                 if prio not in u.classes:
                     raise ValueError(f"credits: {u.node}/{u.ifname} has no class for priority {prio} to meter")
-                rate, frame = meter_rate(d.ingress_buffer), u.mtu + ETH_HLEN
                 margin = margin_bytes(u.rate_bps, u.mtu)
                 link = CreditLink(
                     down=down, up=u.ifindex, prio=prio, buffer=d.ingress_buffer, margin=margin,
                     block=self.o.scen.switch.qos(d.port.tier).credit.block,
-                    bucket=TbfBucket(u.ifindex, u.leaf_handle(prio), u.class_id(prio), rate, u.queue_limit(prio)),
-                    frame=frame, step=max(frame, (d.ingress_buffer - margin) // 4), modelled=u.is_switch_port)
+                    bucket=self._bucket(u, prio, d.ingress_buffer) if u.node in here else None,
+                    frame=u.mtu + ETH_HLEN, step=max(u.mtu + ETH_HLEN, (d.ingress_buffer - margin) // 4),
+                    modelled=u.is_switch_port, src_mac=bytes.fromhex(d.port.mac.replace(":", "")))
                 link.arrived = self._arrived(link)
                 out.append(link)
         return out
+
+    def _remote_senders(self) -> dict[tuple[int, int], RemoteSender]:
+        """(port, prio) → meter of every sending port on this machine whose receiver is on another one."""
+        ports, here, out = self.o.fabric.ports, self.o.topo.nodes, {}
+        for d in ports.values():
+            if d.flow_control != "credit" or not d.is_switch_port or d.node in here:
+                continue
+            u = ports[d.port.peer_ifindex]
+            if u.node in here:
+                for prio in d.lossless:
+                    out[(u.ifindex, prio)] = RemoteSender(u.ifindex, prio, d.ifindex,
+                                                          self._bucket(u, prio, d.ingress_buffer), u.mtu + ETH_HLEN)
+        return out
+
+    @staticmethod
+    def _bucket(u, prio: int, buffer: int) -> TbfBucket:
+        """The pre-encoded change of ``u``'s meter for ``prio`` (a receiver of credit buffer ``buffer``)."""
+        return TbfBucket(u.ifindex, u.leaf_handle(prio), u.class_id(prio), meter_rate(buffer), u.queue_limit(prio))
 
     def _ingress(self, link: CreditLink, now: int) -> tuple[int, int]:
         """(bytes of the ingress still queued in the receiving switch, bytes it ever received)."""
@@ -166,6 +227,13 @@ class CreditMeter:
                 link.stalled_since = t0
                 st["stalls"] += 1
                 self._write_stats(link)
+                if link.remote:                                 # the sender's machine reports the wait
+                    self._send_frame(link, t0, link.limit)
+            elif link.remote and t0 - link.sent_at >= REFRESH * self.interval_ns:
+                self._send_frame(link, t0, link.limit)
+            return
+        if link.remote:
+            self._grant_remote(link, t0, arrived + credit)
             return
         if link.stalled_since is None and credit < held + link.step:
             return
@@ -191,6 +259,93 @@ class CreditMeter:
         link.limit, link.arrived = bucket, now_arrived
         self._write_stats(link)
 
+    def _grant_remote(self, link: CreditLink, t0: int, limit: int) -> None:
+        """Send the sender on the other machine its new limit (FCCL) in a credit frame over the link, when it
+        adds a step of credit, ends a stall, or the last frame is REFRESH intervals old (it may have been lost)."""
+        if (link.stalled_since is None and limit < link.limit + link.step
+                and t0 - link.sent_at < REFRESH * self.interval_ns):
+            return
+        limit = max(limit, link.limit)
+        st = link.stats
+        if link.stalled_since is not None:
+            st["stall_ns"] += t0 - link.stalled_since
+            link.stalled_since = None
+        if not self._send_frame(link, t0, limit):
+            return
+        t1 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        self.latency_us.append((t1 - t0) / 1000)
+        st["granted"] += limit - link.limit
+        st["updates"] += 1
+        link.limit = limit
+        self._write_stats(link)
+
+    def _send_frame(self, link: CreditLink, t0: int, limit: int) -> bool:
+        """A credit frame out of the receiving port: the limit, and whether and how long the link has stalled."""
+        stalled = link.stalled_since is not None
+        try:
+            self.agent.o.pkt[link.down].send(credit_frame(link.src_mac, link.prio, limit, stalled,
+                                                          link.stats["stall_ns"] // 1000))
+        except OSError as e:
+            self.agent.errors.append(f"credit frame on port {link.down}: {e}")
+            return False
+        link.sent_at = t0
+        return True
+
+    def on_grant(self, port: int, prio: int, limit: int, stalled: bool, stall_us: int, ts: int) -> None:
+        """A credit frame arrived on ``port`` (EVT_CREDIT_RX): set its meter to what the limit leaves of the
+        bytes it has sent. A limit no higher than the one in force is a repeat, a stall notice or a late frame.
+        The receiver's stall state goes into this machine's ``credit_stats`` entry of the receiving port (on the
+        other machine), which the sampler reads as this port's ``credit_wait_s``; an ongoing stall is timed
+        from the notice's arrival."""
+        rs = self.senders.get((port, prio))
+        if rs is None:
+            self.agent.errors.append(f"credit frame for port {port} priority {prio}, which sends to no receiver on "
+                                     f"another machine under credits")
+            return
+        self._mirror(rs, stalled, stall_us, ts)
+        if limit <= rs.limit:
+            return
+        sent = self._sent(port, prio)
+        if sent is None:
+            return
+        rs.limit = limit
+        bucket = limit - sent
+        if bucket < rs.frame:
+            return
+        self.agent.netlink(port, rs.bucket.with_burst(bucket))
+        t1 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        self.agent.control(CTL_VQ_CREDIT, port * N_PRIO + prio, t1, sent, limit)
+        self.remote_us.append((t1 - ts) / 1000)
+        self.agent.kick(port, prio)
+
+    def _mirror(self, rs: "RemoteSender", stalled: bool, stall_us: int, ts: int) -> None:
+        t = self.bpf[b"credit_stats"]
+        k = t.Key(rs.peer * N_PRIO + rs.prio)
+        v = t[k]
+        if stalled and not v.since:
+            v.stalls += 1
+        v.since = (v.since or ts) if stalled else 0
+        v.stall_ns = stall_us * 1000
+        t[k] = v
+
+    def _sent(self, port: int, prio: int) -> int | None:
+        """FCTBS: the bytes of ``prio`` that ``port`` has sent — its TBF leaf's dequeued bytes less the kick
+        frames the agent put through it (the receiving switch drops those uncounted)."""
+        from .pfc import KICK_LEN
+        msg = self.agent.o.getq.get((port, prio))
+        p = self.agent.o.ports[port]
+        s = self.agent.o.nl[p.node]
+        try:
+            s.send(msg)
+            sent = qdisc_bytes(s.recv(65536))
+        except OSError as e:
+            self.agent.errors.append(f"qdisc get on {p.node}/{p.ifname}: {e}")
+            return None
+        if sent is None:
+            self.agent.errors.append(f"qdisc get on {p.node}/{p.ifname}: no statistics in the answer")
+            return None
+        return sent - self.agent.kicked.get((port, prio), 0) * KICK_LEN
+
     def _write_stats(self, link: CreditLink) -> None:
         t = self.bpf[b"credit_stats"]
         k = t.Key(link.down * N_PRIO + link.prio)
@@ -209,9 +364,14 @@ class CreditMeter:
             self._write_stats(link)
         lat = sorted(self.latency_us)
         pct = (lambda q: lat[min(len(lat) - 1, int(q * (len(lat) - 1)))]) if lat else (lambda q: None)
+        rem = sorted(self.remote_us)
         return {"links": len(self.links), "grant_latency_us": {"n": len(lat), "p50": pct(0.5), "p99": pct(0.99),
                                                                "max": lat[-1] if lat else None},
-                "margin_bytes": sorted({lk.margin for lk in self.links})}
+                "margin_bytes": sorted({lk.margin for lk in self.links}),
+                "remote_links": sum(lk.remote for lk in self.links),
+                "remote_apply_us": {"n": len(rem), "p50": rem[len(rem) // 2] if rem else None,
+                                    "max": rem[-1] if rem else None}}
 
 
-__all__ = ["CreditConfigError", "CreditMeter", "CreditLink", "check_buffers", "grant", "margin_bytes", "meter_rate"]
+__all__ = ["CreditConfigError", "CreditMeter", "CreditLink", "RemoteSender", "check_buffers", "credit_frame", "grant",
+           "margin_bytes", "meter_rate"]

@@ -39,7 +39,8 @@ SOL_PACKET = 263
 PACKET_QDISC_BYPASS = 20
 PAUSE_RATE_BPS = 8000          # ≥ 4 kbit/s: lower rates make the kernel cap the bucket below a frame
                                # (docs/architecture.md, 3.7)
-EVT_XOFF, EVT_PFC_RX = 1, 2
+EVT_XOFF, EVT_PFC_RX, EVT_CREDIT_RX = 1, 2, 3
+KICK_LEN = 60                  # bytes of a kick frame (Ethernet header + 46), counted by the class it goes through
 XON_POLL_S = 0.0002
 SHARED_LEVEL_S = 0.001          # a shared buffer's Xon level is recomputed at most this often (it reads every
                                 # queue of the switch: ~80 µs at 8 queues; at every 0.2 ms poll that was a core)
@@ -76,7 +77,7 @@ class PfcAgentFailed(HelperFailed):
 
 class PfcEvent(ct.Structure):                       # struct pfc_event (ebpf/lib/common.h)
     _fields_ = [("ts", ct.c_uint64), ("kind", ct.c_uint32), ("port", ct.c_uint32), ("prio", ct.c_uint32),
-                ("cause", ct.c_uint32), ("quanta", ct.c_uint16 * N_PRIO)]
+                ("cause", ct.c_uint32), ("quanta", ct.c_uint16 * N_PRIO), ("limit", ct.c_uint64)]
 
 
 class PfcAgent(ForkedHelper):
@@ -149,6 +150,7 @@ class _Agent:
         self.watch: dict[tuple[int, int], tuple[int, int]] = {}     # (in port, prio) → (xoff ns, cause port)
         self.xoff_at: dict[tuple[int, int], int] = {}                # (downstream port, prio) → xoff ns
         self.egress_since: dict[tuple[int, int], int] = {}
+        self.kicked: dict[tuple[int, int], int] = {}                 # (port, prio) → kick frames sent through it
         self.samples = {"reaction_us": [], "apply_us": [], "leaked": []}
         self.errors: list[str] = []
         self.degradations: list[str] = []
@@ -238,6 +240,9 @@ class _Agent:
             self.watch[key] = (ev.ts, ev.cause)
             self.xoff_at[key] = ev.ts
             self._send_pfc(ev.port, 1 << ev.prio, 0xFFFF)
+        elif ev.kind == EVT_CREDIT_RX:
+            if self.credits is not None:
+                self.credits.on_grant(ev.port, ev.prio, ev.limit, bool(ev.quanta[0] & 1), ev.cause, ev.ts)
         elif ev.kind == EVT_PFC_RX:
             for prio in range(N_PRIO):
                 if ev.prio & (1 << prio):
@@ -368,9 +373,11 @@ class _Agent:
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, PortConfig.skb_priority(prio))
             s.send(bytes.fromhex(p.peer_mac.replace(":", "")) + bytes.fromhex(p.mac.replace(":", ""))
-                   + struct.pack("!H", ETH_P_KICK) + bytes(46))
+                   + struct.pack("!H", ETH_P_KICK) + bytes(KICK_LEN - 14))
         except OSError as e:
             self.errors.append(f"kick on {p.node}/{p.ifname}: {e}")
+            return
+        self.kicked[(port, prio)] = self.kicked.get((port, prio), 0) + 1
 
     # ---- Xon
 

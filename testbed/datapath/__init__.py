@@ -205,7 +205,8 @@ class Datapath:
             1 for e in topo.fib if not e.ports and topo.nodes[e.switch].kind == "leaf"))
         self.sizes = {
             "MAX_NH": self.max_nh,
-            "PORT_SLOTS": max([1] + [p.ifindex for ps in topo.ports.values() for p in ps]) + 1,
+            # peers too: a cut link's far port (another machine's) has credit state mirrored here
+            "PORT_SLOTS": max([1] + [max(p.ifindex, p.peer_ifindex) for ps in topo.ports.values() for p in ps]) + 1,
             "N_SWITCHES": max(1, len(topo.switch_ids)),
             "ACCT_SLOTS": max([1] + [len(topo.ports[sw]) for sw in topo.switches]),
             "WCMP_SLOTS": switch_spec.wcmp.slots,

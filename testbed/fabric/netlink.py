@@ -163,8 +163,9 @@ def qdisc_get_message(ifindex: int, handle: int, parent: int, seq: int = 1) -> b
             + struct.pack("BBHiIII", 0, 0, 0, ifindex, handle, parent, 0))
 
 
-def qdisc_backlog(reply: bytes) -> int | None:
-    """Backlog (bytes) in the RTM_NEWQDISC answer to ``qdisc_get_message``; None on an error answer."""
+def _tc_stats(reply: bytes) -> tuple | None:
+    """struct tc_stats (bytes, packets, drops, overlimits, bps, pps, qlen, backlog) of the RTM_NEWQDISC answer to
+    ``qdisc_get_message``; None on an error answer."""
     if len(reply) < 16 or struct.unpack_from("H", reply, 4)[0] != RTM_NEWQDISC:
         return None
     length = struct.unpack_from("I", reply, 0)[0]
@@ -174,9 +175,22 @@ def qdisc_backlog(reply: bytes) -> int | None:
         if alen < 4:
             break
         if atype == 3 and alen >= 4 + 36:                    # TCA_STATS: struct tc_stats
-            return struct.unpack_from("QIIIIIII", reply, a + 4)[7]
+            return struct.unpack_from("QIIIIIII", reply, a + 4)
         a += (alen + 3) & ~3
     return None
+
+
+def qdisc_backlog(reply: bytes) -> int | None:
+    """Backlog (bytes) in the answer to ``qdisc_get_message``; None on an error answer."""
+    st = _tc_stats(reply)
+    return None if st is None else st[7]
+
+
+def qdisc_bytes(reply: bytes) -> int | None:
+    """Bytes the qdisc ever dequeued (a TBF counts at dequeue: what its port sent) in the answer to
+    ``qdisc_get_message``; None on an error answer."""
+    st = _tc_stats(reply)
+    return None if st is None else st[0]
 
 
 class Batch:

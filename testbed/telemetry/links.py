@@ -49,6 +49,8 @@ class LinkSampler:
         self.error: str | None = None
         self._ports = [p for sw in topo.switches for p in topo.ports[sw]]
         self._switch_ifindexes = [p.ifindex for p in self._ports]
+        # credits read at the receiving ports: a cut link's (another machine's) is mirrored here (credits.py)
+        self._credit_ifindexes = sorted({i for p in self._ports for i in (p.ifindex, p.peer_ifindex)})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
         self._last_q: dict[str, tuple[float, dict]] = {}     # switch → (read at, qdisc dump)
@@ -94,7 +96,7 @@ class LinkSampler:
 
     def _queues(self):
         return (self.dp.queue_counters(), self.dp.pfc_counters(),
-                self.dp.credit_counters(self._switch_ifindexes) if self.credits else {})
+                self.dp.credit_counters(self._credit_ifindexes) if self.credits else {})
 
     def _qdiscs(self, model: dict | None) -> dict[str, tuple[float, dict]]:
         """switch → (the instant of its dump, root qdisc counters of its ports: ifindex → (bytes, packets, drops,
