@@ -41,12 +41,12 @@ from ..datapath.queue_model import CTL_VQ_CREDIT, ingress_queued
 from ..fabric.netlink import TbfBucket, qdisc_bytes
 from ..fabric.port import ETH_HLEN, N_PRIO
 from ..topology import TIERS
+from .pfc import ETH_P_MACCTL, KICK_LEN, PFC_DST
 
 TICK_LIMIT_S = 200.0            # a bucket of B bytes at the meter's rate is B/rate seconds: keep it in a u32 of ticks
 MIN_METER_BPS = 8000            # the meter's token rate: refills ≤ 1 byte per ms
 MARGIN_S = 0.0005               # the netlink call applying a grant, covered by the margin (p50 ~50 µs)
-CREDIT_DST = bytes.fromhex("0180c2000001")      # MAC control frames' address (as PFC's)
-ETH_P_MACCTL, CREDIT_OPCODE = 0x8808, 0xFC01    # ebpf/lib/common.h
+CREDIT_OPCODE = 0xFC01          # ebpf/lib/common.h: a MAC control frame to PFC's address, with its own opcode
 REFRESH = 16                    # a remote link's unchanged grant is sent again after this many intervals
 
 
@@ -98,7 +98,7 @@ def credit_frame(src_mac: bytes, prio: int, limit: int, stalled: bool = False, s
     µs it has been stalled before (the sender's machine reports its wait from them) and FCCL, big-endian,
     padded to the minimum frame."""
     body = struct.pack("!HHIQ", CREDIT_OPCODE, (int(stalled) << 8) | prio, min(stall_us, 0xFFFFFFFF), limit)
-    return CREDIT_DST + src_mac + struct.pack("!H", ETH_P_MACCTL) + body + bytes(46 - len(body))
+    return PFC_DST + src_mac + struct.pack("!H", ETH_P_MACCTL) + body + bytes(46 - len(body))
 
 
 def grant(buffer: int, queued: int, margin: int, block: int) -> int:
@@ -331,7 +331,6 @@ class CreditMeter:
     def _sent(self, port: int, prio: int) -> int | None:
         """FCTBS: the bytes of ``prio`` that ``port`` has sent — its TBF leaf's dequeued bytes less the kick
         frames the agent put through it (the receiving switch drops those uncounted)."""
-        from .pfc import KICK_LEN
         msg = self.agent.o.getq.get((port, prio))
         p = self.agent.o.ports[port]
         s = self.agent.o.nl[p.node]
