@@ -163,16 +163,19 @@ class Lab:
 
     def __init__(self, scen: Scenario, name: str, kind: str = "run", keep: bool = False, source: str = "",
                  metrics: str | None = None, log: Callable[[str], None] = lambda s: None, nodes=None,
-                 tunnels: dict | None = None):
+                 tunnels: dict | None = None, underlay: str | None = None):
         """``metrics``: HOST:PORT to serve live Prometheus metrics on while the lab lives (telemetry/live.py).
         ``log``: progress lines (installing or starting Docker, building the host image). ``nodes``: build only
         these nodes — one machine's part of a fabric over several (testbed/cluster/); its ports whose link
-        leaves the part are ``tunnels`` (ifindex → fabric.Tunnel)."""
+        leaves the part are ``tunnels`` (ifindex → fabric.Tunnel); ``underlay``: the machine's address, where its
+        routing agent hears the other machines' (control/routing.py)."""
         self.scen, self.name, self.kind, self.keep, self.source = scen, check_name(name), kind, keep, source
         self.metrics = metrics
         whole = topology.build(scen.topology)
         self.ports = port_configs(whole, scen.switch, scen.hosts.pfc,  # every port's egress, built once
                                   scen.fabric_mtu, scen.host_mtu)
+        self.whole = whole                     # the whole fabric; ``topo`` is what this lab builds of it
+        self.underlay = underlay
         self.topo = whole if nodes is None else whole.restrict(nodes)
         hooked = self.topo.switches + (self.topo.hosts if self.pfc_on and scen.hosts.pfc else [])
         self.fabric = Fabric(self.topo, name, self.ports, tunnels, hooked)  # clsact where eBPF programs will go
@@ -265,13 +268,13 @@ class Lab:
                 self._helper("pfc-agent", self.pfc.pid)
             if self.routing_on:
                 from .control.routing import RoutingAgent
-                self.routing = RoutingAgent(self.datapath, self.fabric, self.scen)
+                self.routing = RoutingAgent(self.datapath, self.fabric, self.scen, self.whole, self.underlay)
                 self.routing.detach = self.keep
                 self.routing.start()          # returns once every port is read (and, with SM, every table set)
                 self._helper("subnet-manager" if self.routing.sm else "link-state-watcher", self.routing.pid)
             if self.scen.failures:
                 from .control.failures import FailureScheduler
-                self.scheduler = FailureScheduler(self.datapath, self.fabric, self.scen)
+                self.scheduler = FailureScheduler(self.datapath, self.fabric, self.scen, self.whole)
                 self.scheduler.detach = self.keep
                 self.scheduler.start()
                 self._helper("failure-scheduler", self.scheduler.pid)

@@ -195,7 +195,16 @@ def _degradations(sampler, lab: Lab, acct, traffic: Traffic) -> list[str]:
     out += pfc.get("degradations", [])
     if pfc.get("error_count"):
         out.append(f"PFC agent: {pfc['error_count']} failed action(s), e.g. {pfc['errors'][0]}")
-    rt, fs = lab.routing_results or {}, lab.scheduler_results or {}
+    out += routing_degradations(lab.scen, lab.routing_results or {}, lab.scheduler_results or {})
+    out += traffic.info.get("agent_problems", [])
+    if (rto := rto_warning(lab.scen.traffic, lab.topo)) is not None:
+        out.append(rto)
+    return out
+
+
+def routing_degradations(scen, rt: dict, fs: dict) -> list[str]:
+    """What the routing agent(s) and failure scheduler(s) could not do (their results, merged over machines)."""
+    out = []
     if rt.get("error_count"):
         out.append(f"routing agent: {rt['error_count']} failed sweep(s), e.g. {rt['errors'][0]}")
     if rt.get("late_sweeps"):
@@ -205,12 +214,9 @@ def _degradations(sampler, lab: Lab, acct, traffic: Traffic) -> list[str]:
     out += fs.get("degradations", [])
     if fs.get("error_count"):
         out.append(f"failure scheduler: {fs['error_count']} failed action(s), e.g. {fs['errors'][0]}")
-    if lab.scen.failures and fs and len(fs.get("applied", [])) < len(lab.scen.failures):
-        out.append(f"failure scheduler: {len(lab.scen.failures) - len(fs.get('applied', []))} event(s) not "
+    if scen.failures and fs and len(fs.get("applied", [])) < len(scen.failures):
+        out.append(f"failure scheduler: {len(scen.failures) - len(fs.get('applied', []))} event(s) not "
                    f"applied (the traffic ended first)")
-    out += traffic.info.get("agent_problems", [])
-    if (rto := rto_warning(lab.scen.traffic, lab.topo)) is not None:
-        out.append(rto)
     return out
 
 
@@ -240,7 +246,8 @@ def _routing_section(scen, lab, origin: float) -> dict | None:
     return {"mode": rt.get("mode"), "engine": rt.get("engine"), "sweep_interval_s": rt.get("sweep_interval_s"),
             "sweeps": rt.get("sweeps"), "late_sweeps": rt.get("late_sweeps"), "sweep_s": rt.get("sweep_s"),
             "entries": rt.get("entries"), "changes": changes,
-            "local": [dict(e, t=rel(e["t"])) for e in rt.get("local", [])], "errors": rt.get("errors", [])}
+            "local": [dict(e, t=rel(e["t"])) for e in rt.get("local", [])], "errors": rt.get("errors", []),
+            "floods_sent": rt.get("floods_sent"), "floods_taken": rt.get("floods_taken")}
 
 
 def _sm_rows(topo, lab, origin: float) -> list[dict] | None:

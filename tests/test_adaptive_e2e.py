@@ -68,8 +68,11 @@ def _delivered(row) -> float:
 @pytest.mark.parametrize("receiver", ["ooo", "gbn"])
 def test_per_packet_adaptive_routing_keeps_a_roce_flow_whole(tmp_path, receiver):
     """An 8 MB RoCE transfer over the same uplinks with per-packet AR: it uses all 4 paths and completes byte
-    exact at ≥ 90 % of the host link (of the time the hypervisor left the machine); the least-delay choice
-    keeps arrivals in order here (0 reordered packets measured), so neither receiver retransmits much."""
+    exact at ≥ 90 % of the host link (of the time the hypervisor left the machine), without a timeout. The
+    least-delay choice keeps arrivals mostly in order: over 20 runs of each receiver, 0 reordered packets in 17
+    (ooo) and 18 (gbn); otherwise 2–17 packets (ooo) and 134–175 (gbn, counting what it discarded behind the
+    hole). The ooo receiver absorbs that (0 retransmits in 20 runs); go-back-N pays the cost the issue names —
+    each hole (at most 2 NAKs measured) resends what was in flight behind it: 67–91 packets per NAK."""
     doc = dict(DEGRADED, switch={"load_balancing": "adaptive", "adaptive": {"metric": "queue+load"}},
                traffic={"engine": "roce", "receiver": receiver, "pattern": "pairs", "pairs": [["h0", "h1"]],
                         "flow_size": "8MB",
@@ -84,4 +87,8 @@ def test_per_packet_adaptive_routing_keeps_a_roce_flow_whole(tmp_path, receiver)
     print(f"\n[per-packet AR, {receiver}] goodput {float(fl['goodput_mbps']):.1f} Mbit/s, retrans {fl['retrans']}, "
           f"timeouts {fl['timeouts']}, naks {fl['naks']}, reordered {fl['reordered']}; steal {1 - had:.3f}")
     assert float(fl["goodput_mbps"]) >= 36.0 * had, (fl, had)
-    assert int(fl["retrans"]) <= 100, fl
+    assert fl["timeouts"] == "0", fl
+    if receiver == "ooo":
+        assert fl["retrans"] == "0", fl
+    else:
+        assert int(fl["naks"]) <= 2 and int(fl["retrans"]) <= 100 * int(fl["naks"]), fl

@@ -392,6 +392,35 @@ def _lab_owned_by(machine: str) -> str | None:
     return next((st["name"] for st in all_labs() if st.get("pid") in pids), None)
 
 
+def test_a_link_failure_on_one_machine_reroutes_the_other_through_flooded_link_state(cluster, tmp_path):
+    """link-failure (leaf0–spine1 down at 1 s, up at 2 s) with leaf0, spine0 and spine1 on m0, leaf1 and the
+    other spines on m1, flows sprayed over every spine. The failed link is all on m0: leaf1's switch on m1 hears
+    of it only from m0's link-state watcher (flooded over the underlay). Until it reroutes, what leaf1 sprays
+    to spine1 for leaf0 is lost (spine1 withdrew leaf0); had it never heard, those flows would lose a quarter
+    of their packets for a second. Every event is detected and rerouted on both machines within milliseconds,
+    and each flow loses at most what it sent into the dead path meanwhile."""
+    import pandas as pd
+    res, out = _run(tmp_path, "fail", "scenarios/link-failure.yaml", "--cluster", "auto",
+                    "--set", "placement.strategy=manual", "--set", "switch.load_balancing=spray",
+                    "--set", "placement.assign={leaf0: 0, spine0: 0, spine1: 0, leaf1: 1, spine2: 1, spine3: 1}")
+    assert res.returncode == 0, res.stderr
+    fail, flows = pd.read_csv(out / "failures.csv"), pd.read_csv(out / "flows.csv")
+    routing = json.loads((out / "manifest.json").read_text())["routing"]
+    print(f"\n[failure across machines] detected_ms {[round(x * 1e3, 2) for x in fail['detected_s']]} "
+          f"rerouted_ms {[round(x * 1e3, 2) for x in fail['rerouted_s']]} lost {list(fail['lost_packets'])}; "
+          f"floods sent {routing['floods_sent']}, taken {routing['floods_taken']}; flows lost "
+          f"{flows['lost'].tolist()}")
+    assert len(fail) == 2 and fail["time_s"].notna().all()
+    assert routing["floods_taken"] >= 2                      # m1 heard of the link going down and coming up
+    assert {c["machine"] for c in routing["changes"] if c["kind"] == "reroute"} == {"m0", "m1"}
+    assert fail["detected_s"].notna().all() and (fail["rerouted_s"] < 0.05).all(), fail["rerouted_s"].tolist()
+    pkt_rate = 4_000_000 / 8 / 1500
+    down = fail[fail["change"] == "down"].iloc[0]
+    assert down["lost_packets"] <= 8 * pkt_rate * down["rerouted_s"] + 16, down.to_dict()
+    assert (flows["lost"] <= pkt_rate * down["rerouted_s"] + 8).all(), flows["lost"].tolist()
+    assert flows["lost"].sum() == fail["lost_packets"].sum()
+
+
 def test_zz_machine_dying_mid_sweep_fails_only_its_run_which_is_retried_elsewhere(cluster, tmp_path):
     """Last in the module: machine m1 dies (every process of it SIGKILLed, as a crashed host) while it runs a
     sweep's run; that run is retried once on m0 and the sweep completes, saying so."""

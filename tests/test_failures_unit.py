@@ -91,3 +91,36 @@ def test_link_messages_parse_by_their_header_flags():
     assert parse_links(data) == ([(5, True), (6, False), (7, False), (8, False)], True)
     assert len(link_dump_message()) == 32
     assert F.setlink_message(9, False)[16:] == struct.pack("BBHiII", 0, 0, 0, 9, 0, 1)
+
+
+def _port(topo, node, peer):
+    return next(p for p in topo.ports[node] if p.peer_node == peer)
+
+
+def test_on_several_machines_each_sets_its_own_end_of_a_cut_link(scen):
+    """One machine: a link event sets the upper end, a node event every port of the switch. Over several: a cut
+    link's local end on each machine (a VXLAN device has no carrier to lose), nothing where neither end is."""
+    topo = topology.build(scen.topology)
+    link, node = scen.failures[0], scen.failures[3]                # leaf0–spine1 down; spine0 down
+    every = set(topo.nodes)
+    assert F.state_ports(topo, link, every) == [_port(topo, "spine1", "leaf0")]
+    assert F.state_ports(topo, node, every) == list(topo.ports["spine0"])
+    m0 = {"leaf0", "h0", "spine0"}                                 # spine1 on the other machine
+    assert F.state_ports(topo, link, m0) == [_port(topo, "leaf0", "spine1")]
+    assert F.state_ports(topo, link, {"leaf1", "h1", "spine1"}) == [_port(topo, "spine1", "leaf0")]
+    assert F.state_ports(topo, link, {"leaf1", "h1"}) == []
+    assert F.state_ports(topo, node, m0) == list(topo.ports["spine0"])
+    assert F.state_ports(topo, node, {"leaf1", "h1", "spine1"}) == [_port(topo, "leaf1", "spine0")]
+
+
+def test_reaction_over_several_agents_is_the_first_to_detect_and_the_last_to_reroute(scen):
+    topo = topology.build(scen.topology)
+    a, b = _port(topo, "leaf0", "spine1"), _port(topo, "spine1", "leaf0")
+    links = [(a.ifindex, b.ifindex)]
+    t = ORIGIN + 1.0
+    m0 = [{"kind": "reroute", "t_detect": t + 0.001, "t_done": t + 0.002, "ports": [[a.ifindex, False]]}]
+    m1 = [{"kind": "reroute", "t_detect": t + 0.003, "t_done": t + 0.005, "ports": [[a.ifindex, False]]}]
+    detected, rerouted = F.reaction(t, links, False, [m0, m1])
+    assert detected == pytest.approx(0.001) and rerouted == pytest.approx(0.005)
+    detected, rerouted = F.reaction(t, links, False, [m0, []])     # one machine never heard of it
+    assert detected == pytest.approx(0.001) and math.isnan(rerouted)

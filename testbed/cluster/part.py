@@ -66,15 +66,27 @@ class Part:
               kind: str = "run") -> dict:
         """Build this machine's part: a lab of kind ``run`` owned by this actor's process, or ``up`` (``testbed
         up --cluster``: it stays until ``testbed down``, and ``testbed clean`` on the machine removes it)."""
+        import ray
+
         from ..lab import Lab, reap_stale
         reap_stale()
         lab = Lab(scen, lab_name, kind=kind, keep=kind == "up", nodes=nodes,
-                  tunnels={ifx: Tunnel(vni, lo, rem) for ifx, (vni, lo, rem) in tunnels.items()})
+                  tunnels={ifx: Tunnel(vni, lo, rem) for ifx, (vni, lo, rem) in tunnels.items()},
+                  underlay=ray.util.get_node_ip_address())
         with self._lock:
             self.lab = lab
         lab.__enter__()
         return {"timings": dict(lab.fabric.timings), "warnings": list(lab.warnings),
-                "compile_s": lab.datapath.compile_seconds}
+                "compile_s": lab.datapath.compile_seconds,
+                "routing": lab.routing.flood_endpoint if lab.routing is not None else None}
+
+    def routing_peers(self, endpoints: list) -> None:
+        """The other machines' routing agents: this one floods its link state to them from now on."""
+        self.lab.routing.set_peers(endpoints)
+
+    def failures_go(self, t0: float) -> None:
+        """Start this machine's failure scheduler on the traffic's t0 (every machine's on the same)."""
+        self.lab.failures_go(t0)
 
     def start(self, origin: float) -> None:
         """Start sampling the part's switches on the run's clock (time zero ``origin``, chosen by the driver), and
@@ -177,7 +189,8 @@ class Part:
                "resyncs": lab.datapath.resyncs, "timings": dict(lab.fabric.timings), "int": intr,
                "pcaps": pcaps}
         self.close()
-        out.update(failures=list(lab.failures), pfc=lab.pfc_results or {}, teardown_s=lab.fabric.timings.get("teardown"))
+        out.update(failures=list(lab.failures), pfc=lab.pfc_results or {}, routing=lab.routing_results or {},
+                   scheduler=lab.scheduler_results or {}, teardown_s=lab.fabric.timings.get("teardown"))
         return out
 
     def close(self) -> None:

@@ -31,11 +31,11 @@ class PartFailed(HelperFailed):
 
 def unsupported(scen) -> str | None:
     """What a fabric over several machines cannot do yet (None: nothing): the helpers that need every switch at
-    once (subnet manager, failure scheduler, WCMP controller), Soft-RoCE and container hosts; each named with why
-    in one line. (Credits cross the cut in credit frames: control/credits.py.)"""
+    once (subnet manager, WCMP controller), Soft-RoCE and container hosts; each named with why in one line.
+    (Credits cross the cut in credit frames: control/credits.py; failures are scheduled on every machine and
+    the routing agents flood link state: control/routing.py.)"""
     sw, tr = scen.switch, scen.traffic
     checks = [(sw.routing == "sm", "switch.routing: sm (the subnet manager programs every switch at once)"),
-              (bool(scen.failures), "failures (the failure scheduler and link-state watcher see one machine)"),
               (sw.load_balancing == "wcmp" and sw.wcmp.source != "static",
                f"switch.wcmp.source: {sw.wcmp.source} (the WCMP controller reads every switch)"),
               (tr.engine == "rxe", "traffic.engine: rxe (the driver runs perftest in every host's namespace itself; "
@@ -233,6 +233,44 @@ def _write_pcaps(outdir: Path, finals) -> list[str]:
     return sorted(f"pcap/{name}" for name in files if not name.startswith("."))
 
 
+def _merge_routing(finals: dict[int, dict], used) -> tuple[dict, dict]:
+    """The routing agents' and failure schedulers' results of every machine as one run's: each agent's change
+    records (failures.csv takes the first agent to see a change and the last to reroute), and per event the
+    earliest of the machines that changed something for it, until the last of them was done."""
+    rts = {i: f["routing"] for i, f in finals.items() if f.get("routing")}
+    rt: dict = {}
+    if rts:
+        tag = {i: used[i].name for i in rts}
+        rt = {"mode": "distributed", "engine": None, "sweep_interval_s": None, "sweeps": 0, "late_sweeps": 0,
+              "sweep_s": None,
+              "changes": sorted((dict(c, machine=tag[i]) for i, r in rts.items() for c in r["changes"]),
+                                key=lambda c: c["t_detect"]),
+              "agents": [r["changes"] for r in rts.values()],
+              "local": sorted((dict(e, machine=tag[i]) for i, r in rts.items() for e in r["local"]),
+                              key=lambda e: e["t"]),
+              "errors": [f"{tag[i]}: {e}" for i, r in rts.items() for e in r["errors"]]}
+        for k in ("changes_dropped", "error_count", "entries", "floods_sent", "floods_taken"):
+            rt[k] = sum(r.get(k, 0) for r in rts.values())
+    fss = {i: f["scheduler"] for i, f in finals.items() if f.get("scheduler")}
+    fs: dict = {}
+    if fss:
+        by_event: dict[int, list[dict]] = {}
+        for r in fss.values():
+            for a in r["applied"]:
+                by_event.setdefault(a["index"], []).append(a)
+        applied = []
+        for i, recs in sorted(by_event.items()):
+            acting = [a for a in recs if a["requests"]] or recs
+            first = min(acting, key=lambda a: a["applied"])
+            applied.append(dict(first, took_s=max(a["applied"] + a["took_s"] for a in acting) - first["applied"],
+                                requests=sum(a["requests"] for a in acting)))
+        fs = {"t0": next(iter(fss.values()))["t0"], "applied": applied,
+              "errors": [f"{used[i].name}: {e}" for i, r in fss.items() for e in r["errors"]],
+              "error_count": sum(r["error_count"] for r in fss.values()),
+              "degradations": [f"{used[i].name}: {d}" for i, r in fss.items() for d in r["degradations"]]}
+    return rt, fs
+
+
 def _merge_pfc(results: list[dict]) -> dict:
     """The PFC agents' results of every machine as one agent's: lists joined, counts added."""
     out: dict = {}
@@ -305,6 +343,9 @@ class ClusterLab:
             self.build_s = time.perf_counter() - t
             for b in builds:
                 self.warnings += [w for w in b["warnings"] if w not in self.warnings]
+            flood = [b["routing"] for b in builds]
+            if all(flood) and len(flood) > 1:        # the link-state watchers learn of each other's links
+                parts.all("routing_peers", each=lambda i: ([e for j, e in enumerate(flood) if j != i],))
         except BaseException:
             self.close()
             raise
@@ -386,6 +427,8 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
             duration_s = scen.duration / 1e9
             sndbuf = min(workloads.DEFAULT_SNDBUF, scen.topology.host_link.buffer * 3 // 4)
             remote = dict(agent_set=lambda hosts, _ns, _containers: RemoteAgents(parts, part.of, hosts))
+            if scen.failures:                # every machine's scheduler on the traffic's t0; receivers' timelines
+                remote.update(on_t0=lambda t0: parts.all("failures_go", t0), timeline_bin_s=runner.TIMELINE_BIN_S)
             try:
                 if scen.traffic.scheduled:
                     traffic = runner.scheduled_traffic(scen, topo, cl.ns_of, origin, outdir, log,
@@ -441,6 +484,8 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
         degradations += runner._int_degradations(int_stats, scen)
     pfc = _merge_pfc([f["pfc"] for f in finals.values()])
     degradations += pfc.get("degradations", [])
+    routing, scheduler = _merge_routing(finals, used)
+    degradations += runner.routing_degradations(scen, routing, scheduler)
     degradations += info.get("agent_problems", [])
     for d in degradations:
         log(f"degraded: {d}")
@@ -449,8 +494,8 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
               "late_samples": sum(f["health"]["late_samples"] for f in finals.values()),
               "failed_qdisc_dumps": sum(f["health"]["failed_qdisc_dumps"] for f in finals.values()),
               "error": next((f["health"]["error"] for f in finals.values() if f["health"]["error"]), None)}
-    lab = SimpleNamespace(pfc_results=pfc, warnings=cl.warnings, name=cl.name, routing_results={},
-                          scheduler_results={})
+    lab = SimpleNamespace(pfc_results=pfc, warnings=cl.warnings, name=cl.name, routing_results=routing,
+                          scheduler_results=scheduler)
     sampler = SimpleNamespace(model_error=lambda: model_error(samples), health=lambda: health)
     timings = {used[i].name: f["timings"] for i, f in finals.items()}
     pcaps = _write_pcaps(outdir, finals.values())
@@ -464,8 +509,14 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
             "offered_mbps": workloads.offered_mbps(flows, scen.topology.host_link.rate, scen.duration / 1e9),
             "queue_model_error": manifest["qos"]["queue_model_error"]["mean"],
             "failed": failures[0] if failures else None, "profile": scen.profile}
+    fail_rows = None
+    if scen.failures:
+        from ..control.failures import rows as failure_rows
+        fail_rows = failure_rows(scen, topo, scheduler.get("applied", []), routing, info.get("timelines") or {},
+                                 origin)
     row = report.write_run(outdir, manifest, rows, runner._flow_rows(topo, traffic, used_paths, scen.packet_size),
-                           cpu, meta, collectives=traffic.collectives, int_rows=int_rows, cc=runner._cc_rows(traffic))
+                           cpu, meta, collectives=traffic.collectives, int_rows=int_rows, cc=runner._cc_rows(traffic),
+                           failures=fail_rows)
     if failures:
         raise runner.RunFailed(f"{failures[0]} (results collected so far: {outdir})", outdir)
     return outdir, row

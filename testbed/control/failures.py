@@ -16,6 +16,11 @@ the instant it was applied on the run's clock (``time_s``).
 - ``link: [a, b], rate: R`` — both ends' TBF changed to R (burst as at build time) and, on switch ports, the
   queue model's drain rate with it. Single-queue ports only (refused in the scenario otherwise).
 Nothing here tells the fabric what happened: the routing agent (routing.py) must notice it from the kernel.
+
+**Over several machines** (testbed/cluster/) every machine runs a scheduler for its own nodes, all started on
+the same t0. A link cut by the partition is a VXLAN port on each machine, and a VXLAN device has no carrier to
+lose: both its ends are set down, each by its machine's scheduler (a switch going down also sets down the far
+ends of its cut links). A rate change applies to the ends on this machine.
 """
 from __future__ import annotations
 
@@ -60,8 +65,21 @@ def upper_end(topo, a: str, b: str):
     return next(ln.b for ln in topo.links if {ln.a.node, ln.b.node} == {a, b})
 
 
+def state_ports(topo, f, local) -> list:
+    """The ports of ``local`` nodes whose administrative state an event sets: a link's upper end (its lower end
+    loses carrier), or the switch's every port; where a link is cut (one end elsewhere) the local end too."""
+    links = [(a, b) for a, b in zip(*[iter(event_ports(topo, f))] * 2)]
+    out = []
+    for a, b in links:
+        if a.node in local and b.node in local:
+            out.append(upper_end(topo, a.node, b.node) if f.link else (a if a.node == f.node else b))
+        elif a.node in local or b.node in local:
+            out.append(a if a.node in local else b)
+    return out
+
+
 def event_ports(topo, f) -> list:
-    """The ports whose state an event changes: both ends of its link, or both ends of every link of its switch."""
+    """The ports an event concerns: both ends of its link, or both ends of every link of its switch."""
     if f.link:
         a, b = f.link
         p = next(p for p in topo.ports[a] if p.peer_node == b)
@@ -76,9 +94,12 @@ class FailureScheduler(ForkedHelper):
     label = "failure scheduler"
     failure = FailureSchedulerFailed
 
-    def __init__(self, datapath, fabric, scen):
+    def __init__(self, datapath, fabric, scen, whole=None):
+        """``whole``: the whole fabric when this lab is one machine's part of it (``fabric.topo``)."""
         super().__init__()
-        self.dp, self.fabric, self.scen, self.topo = datapath, fabric, scen, fabric.topo
+        self.dp, self.fabric, self.scen = datapath, fabric, scen
+        self.topo = whole if whole is not None else fabric.topo
+        self.local = set(fabric.topo.nodes)
         self.events = list(scen.failures)
         self._cmd_w = None
         self._started = False
@@ -91,6 +112,8 @@ class FailureScheduler(ForkedHelper):
             msgs, model = [], []
             if f.rate is not None:
                 for p in event_ports(topo, f):
+                    if p.node not in self.local:
+                        continue
                     c = self.fabric.ports[p.ifindex]
                     msgs.append((p.node, tbf_change_message(p.ifindex, TBF_ROOT, TC_H_ROOT, f.rate,
                                                             tbf_burst(f.rate, c.mtu), c.queue_limit()),
@@ -99,14 +122,17 @@ class FailureScheduler(ForkedHelper):
                         model.append((p.ifindex, max(1, 8 * 10**12 // f.rate)))
                     nodes.add(p.node)
             self.plans.append((msgs, model))
-        # link state: which interface each link/node event sets (the upper end of a link; every port of a node)
+        # link state: which interface each link/node event sets here
         self.ifaces = {}
+        self.cut = set()                 # those whose link is cut (the far end on another machine)
         for f in self.events:
             if f.state is None:
                 continue
-            for p in ([upper_end(topo, *f.link)] if f.link else topo.ports[f.node]):
+            for p in state_ports(topo, f, self.local):
                 self.ifaces[p.ifindex] = p
                 nodes.add(p.node)
+                if p.peer_node not in self.local:
+                    self.cut.add(p.ifindex)
         self.nl = {n: netns.netlink_socket(self.fabric.ns[n]) for n in nodes}
 
     def start(self) -> None:
@@ -192,14 +218,16 @@ class _Scheduler:
                 self.errors.append(f"{what}: {os.strerror(-code)}")
 
     def _wanted(self, port) -> bool:
-        """An interface is up unless its switch is down, or its link is down and it is the link's upper end."""
-        if port.node in self.down_nodes:
+        """An interface is up unless its switch is down, or its link is down (it is the link's upper end or a cut
+        link's local end), or it is a cut link's local end and the far switch is down."""
+        if port.node in self.down_nodes or (port.ifindex in self.o.cut and port.peer_node in self.down_nodes):
             return False
         return frozenset((port.node, port.peer_node)) not in self.down_links
 
     def _apply(self, i: int, f) -> dict:
         msgs, model = self.o.plans[i]
         t_start = time.time()
+        sent = self.seq
         if f.state is not None:
             key = frozenset(f.link) if f.link else f.node
             target = self.down_links if f.link else self.down_nodes
@@ -221,7 +249,7 @@ class _Scheduler:
         # "applied" is when the first request went out: the kernel changes the link while it is being answered,
         # and the watcher may hear of it before the acknowledgement is back (took_s: until the last ACK)
         return {"index": i, "at_s": f.at / 1e9, "applied": t_start, "took_s": done - t_start,
-                "target": f.target, "change": f.change}
+                "target": f.target, "change": f.change, "requests": self.seq - sent}
 
     def run(self):
         signal.signal(signal.SIGTERM, self._term)
@@ -261,6 +289,15 @@ def event_links(topo, f) -> list[tuple[int, ...]]:
     return [tuple(p.ifindex for p in (a, b) if topo.nodes[p.node].is_switch) for a, b in zip(ports[::2], ports[1::2])]
 
 
+def reaction(applied: float, links: list[tuple[int, ...]], up: bool, agents: list[list[dict]]) -> tuple[float, float]:
+    """(detected, rerouted) over every routing agent (one per machine): the first to see the change, the last to
+    have rerouted around it (NaN while one has not)."""
+    each = [_reaction(applied, links, up, changes) for changes in agents]
+    detected = min((d for d, _ in each if not math.isnan(d)), default=math.nan)
+    rerouted = max((r for _, r in each), default=math.nan)
+    return detected, (math.nan if any(math.isnan(r) for _, r in each) else rerouted)
+
+
 def _reaction(applied: float, links: list[tuple[int, ...]], up: bool, changes: list[dict]) -> tuple[float, float]:
     """(detected, rerouted) seconds after ``applied``: when the routing agent first saw one of the event's
     switch ports in its new state (distributed: the watcher's notification; SM: a sweep), and when its view had
@@ -297,7 +334,7 @@ def rows(scen, topo, applied: list[dict], routing_results: dict, timelines: dict
     held packets sent that long before) to its reroute — or, for an event nothing reroutes (a rate change),
     DIP_WINDOW_S after it. A receiver's gap (packets still missing at the end, between the send times of the
     packets around them) is counted once, for the first event, in time order, whose window it overlaps."""
-    changes = routing_results.get("changes", [])
+    agents = routing_results.get("agents") or [routing_results.get("changes", [])]
     by_index = {a["index"]: a for a in applied}
     out, windows = [], []
     for i, f in enumerate(scen.failures):
@@ -311,8 +348,8 @@ def rows(scen, topo, applied: list[dict], routing_results: dict, timelines: dict
         t = a["applied"] - origin
         row["time_s"] = t
         if f.state is not None:
-            row["detected_s"], row["rerouted_s"] = _reaction(a["applied"], event_links(topo, f), f.state == "up",
-                                                             changes)
+            row["detected_s"], row["rerouted_s"] = reaction(a["applied"], event_links(topo, f), f.state == "up",
+                                                            agents)
         rer = row["rerouted_s"]
         end = t + (rer if not math.isnan(rer) else (DIP_WINDOW_S if f.rate is not None else 0.0))
         windows.append((t, i, t - _queue_delay_s(topo, f), end))

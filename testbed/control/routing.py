@@ -21,12 +21,19 @@ both ends when either end goes down). Two jobs:
     a dead single-port entry are dropped (``port_down``), as in an InfiniBand subnet between a link going down
     and the SM's re-route.
 
+**Over several machines** (testbed/cluster/) each machine's agent watches only its own switches; the agents
+flood link state to each other over the underlay, as a link-state routing protocol floods its LSAs: after every
+change an agent sends its peers (UDP) the full set of its ports that are down, with a sequence number — absolute,
+so a lost datagram is repaired by the next one. A peer's ports enter the view (not ``port_down``: they are
+another machine's) and every agent computes the reroute over the whole fabric, writing its own switches' entries.
+
 Everything it did is reported when it ends: every carrier change it saw (``local``), every reroute or sweep that
 changed something (``changes``: when it saw the change, compute and install times, entries written), sweep
 counts and durations. A crash fails the run in one line (control/helper.py).
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -121,13 +128,15 @@ def write_tables(bpf, topo, old: engines.Tables, new: engines.Tables, max_nh: in
 
 
 class Distributed:
-    """What the distributed side adds to the topology's FIB after failures (pure: no maps)."""
+    """What the distributed side adds to the topology's FIB after failures (pure: no maps). ``topo`` is the whole
+    fabric; ``local`` the switches whose entries this agent writes (None: all — one machine)."""
 
-    def __init__(self, topo):
+    def __init__(self, topo, local: set | None = None):
         self.topo = topo
+        self.local = set(topo.switches) if local is None else set(local)
         self.router = Router(topo)
         self.prefixes = engines.leaf_prefixes(topo)
-        self.exact = {(e.switch, e.prefix, e.plen): tuple(e.ports) for e in topo.fib}
+        self.exact = {(e.switch, e.prefix, e.plen): tuple(e.ports) for e in topo.fib if e.switch in self.local}
         healthy = engines.prefix_groups(engines.graph(topo), list(self.prefixes))
         self.reach = {k for k, v in healthy.items() if v}     # pairs that have a route at all (rails: planes)
 
@@ -137,7 +146,7 @@ class Distributed:
         groups = engines.prefix_groups(engines.graph(self.topo, down), list(self.prefixes))
         out = {}
         for (s, leaf), ports in groups.items():
-            if (s, leaf) not in self.reach:
+            if (s, leaf) not in self.reach or s not in self.local:
                 continue
             for net, plen in self.prefixes[leaf]:
                 base = self.router.group(s, net) or ()
@@ -174,11 +183,23 @@ class RoutingAgent(ForkedHelper):
 
     failure = RoutingAgentFailed
 
-    def __init__(self, datapath, fabric, scen):
+    def __init__(self, datapath, fabric, scen, whole=None, flood_address: str | None = None):
+        """``whole``: the whole fabric when this lab is one machine's part of it (``fabric.topo``); then
+        ``flood_address`` is the machine's underlay address, where the agent takes its peers' link state."""
         super().__init__()
         self.dp, self.fabric, self.scen, self.topo = datapath, fabric, scen, fabric.topo
+        self.whole = whole if whole is not None else fabric.topo
         self.sm = scen.switch.routing == "sm"
         self.label = "subnet manager" if self.sm else "link-state watcher"
+        self.flood_address = flood_address
+        self.flood = None                        # the UDP socket peers send their link state to (the agent's)
+        self.flood_endpoint: tuple[str, int] | None = None
+        self._peers_w = None                     # the pipe the parent hands the peers' endpoints through
+
+    def set_peers(self, endpoints: list) -> None:
+        """The other machines' agents (their ``flood_endpoint``): from now on every change is flooded to them,
+        starting with the ports already down."""
+        os.write(self._peers_w, (json.dumps([list(e) for e in endpoints]) + "\n").encode())
 
     def _prepare(self) -> None:
         def sockets():
@@ -196,22 +217,43 @@ class RoutingAgent(ForkedHelper):
         self.ev, self.dump = {}, {}
         for sw in self.topo.switches:
             self.ev[sw], self.dump[sw] = netns.run_in(self.fabric.ns[sw], sockets)
+        if self.flood_address is not None:
+            self.flood = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self.flood.bind((self.flood_address, 0))
+            self.flood.setblocking(False)
+            self.flood_endpoint = self.flood.getsockname()
 
     def start(self) -> None:
         self._prepare()
         bpf = self.dp.bpf
+        peers_r, self._peers_w = os.pipe()
 
         def close_sockets():
+            os.close(peers_r)
             for d in (self.ev, self.dump):
                 for s in d.values():
                     s.close()
+            if self.flood is not None:           # the agent's now: the parent keeps its address
+                self.flood.close()
         name = f"ftb-{self.fabric.lab}-{'sm' if self.sm else 'lsw'}"
-        self._fork(lambda wfd, ready: _Agent(self, bpf, wfd, ready).run(), name, after_fork=close_sockets)
+        try:
+            self._fork(lambda wfd, ready: _Agent(self, bpf, wfd, ready, peers_r).run(), name,
+                       after_fork=close_sockets)
+        except BaseException:
+            os.close(self._peers_w)
+            self._peers_w = None
+            raise
+
+    def stop(self) -> dict:
+        if self._peers_w is not None:
+            os.close(self._peers_w)
+            self._peers_w = None
+        return super().stop()
 
 
 class _Agent:
-    def __init__(self, owner: RoutingAgent, bpf, wfd: int, ready):
-        self.o, self.bpf, self.wfd, self.ready = owner, bpf, wfd, ready
+    def __init__(self, owner: RoutingAgent, bpf, wfd: int, ready, peers_r: int):
+        self.o, self.bpf, self.wfd, self.ready, self.peers_r = owner, bpf, wfd, ready, peers_r
         self.topo, self.sm = owner.topo, owner.sm
         self.max_nh = owner.dp.max_nh
         self.port_down = bpf[b"port_down"]
@@ -233,8 +275,13 @@ class _Agent:
         self.late_sweeps = 0
         self.sweep_s: list[float] = []
         self.tables: engines.Tables = {}
-        self.dist = None if self.sm else Distributed(self.topo)
+        self.dist = None if self.sm else Distributed(owner.whole, set(self.topo.switches))
         self.overrides: dict = {}
+        self.peers: list[tuple[str, int]] = []     # the other machines' agents (flooding)
+        self.flood_seq = 0
+        self.peer_seq: dict[tuple, int] = {}       # the last sequence number taken from each peer
+        self.peer_down: dict[tuple, set] = {}      # each peer's ports that are down, as it last said
+        self.floods_sent = self.floods_taken = 0
 
     # ---- reading the kernel
 
@@ -280,6 +327,50 @@ class _Agent:
 
     def _mark(self, ifindex: int, up: bool) -> None:
         self.port_down[self.port_down.Key(ifindex)] = self.port_down.Leaf(0 if up else 1)
+
+    # ---- flooding link state to the other machines' agents
+
+    def _take_peers(self) -> None:
+        """The parent handed the peers' endpoints (a JSON line): flood the current state to them at once."""
+        data = os.read(self.peers_r, 65536)
+        if not data:                               # the parent closed the pipe (it is stopping us)
+            self.fds.remove(self.peers_r)
+            return
+        self.peers = [tuple(e) for e in json.loads(data.decode().splitlines()[-1])]
+        self._flood()
+
+    def _flood(self) -> None:
+        """Tell every peer which of this machine's switch ports are down (absolute: a lost datagram is repaired
+        by the next one)."""
+        if not self.peers:
+            return
+        self.flood_seq += 1
+        msg = json.dumps({"seq": self.flood_seq,
+                          "down": sorted(i for i, up in self.state.items() if not up and i in self.switch_of)})
+        for peer in self.peers:
+            self.o.flood.sendto(msg.encode(), peer)
+            self.floods_sent += 1
+
+    def _take_floods(self, t: float) -> list[tuple[int, bool]]:
+        """A peer's ports whose state its latest message changed (seen at ``t``): they enter the view."""
+        changed = []
+        while True:
+            try:
+                data, peer = self.o.flood.recvfrom(65536)
+            except BlockingIOError:
+                return changed
+            msg = json.loads(data)
+            if msg["seq"] <= self.peer_seq.get(peer, 0):
+                continue                           # an older message overtaken by a newer one
+            self.peer_seq[peer] = msg["seq"]
+            self.floods_taken += 1
+            down, was = set(msg["down"]), self.peer_down.get(peer, set())
+            self.peer_down[peer] = down
+            for i, up in [(i, False) for i in sorted(down - was)] + [(i, True) for i in sorted(was - down)]:
+                if self.state.get(i, True) != up:
+                    self.state[i] = up
+                    self.last_event[i] = t
+                    changed.append((i, up))
 
     # ---- routing
 
@@ -347,7 +438,10 @@ class _Agent:
             self.last_event[i] = now
         self._route(self.state, now, sorted(self.state.items()), "initial")
         self.ready()
-        fds = list(self.sock_sw)
+        self.fds = fds = list(self.sock_sw) + [self.peers_r]
+        flood_fd = self.o.flood.fileno() if self.o.flood is not None else None
+        if flood_fd is not None:
+            fds.append(flood_fd)
         next_sweep = time.monotonic() + self.interval
         while not self.stop:
             timeout = min(WATCH_POLL_S, max(0.0, next_sweep - time.monotonic())) if self.sm else WATCH_POLL_S
@@ -356,7 +450,13 @@ class _Agent:
             except InterruptedError:
                 continue
             t = time.time()
-            changed = self._take_events(readable, t)
+            if self.peers_r in readable:
+                self._take_peers()
+            changed = self._take_events([fd for fd in readable if fd in self.sock_sw], t)
+            if changed:
+                self._flood()
+            if flood_fd in readable:
+                changed += self._take_floods(t)
             if changed and not self.sm:
                 # the routing protocol's part: everything else stops using what the failure cut off
                 self._route(self.state, t, changed, "reroute")
@@ -371,7 +471,8 @@ class _Agent:
             "sweep_interval_s": self.interval if self.sm else None, "sweeps": self.sweeps,
             "late_sweeps": self.late_sweeps, "sweep_s": _stats(self.sweep_s), "local": self.local[:MAX_CHANGES],
             "changes": self.changes, "changes_dropped": self.changes_dropped, "errors": self.errors[:20],
-            "error_count": len(self.errors), "entries": len(self.tables) if self.sm else len(self.overrides)})
+            "error_count": len(self.errors), "entries": len(self.tables) if self.sm else len(self.overrides),
+            "floods_sent": self.floods_sent, "floods_taken": self.floods_taken})
 
     def _term(self, *_):
         self.stop = True
