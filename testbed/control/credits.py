@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..datapath.queue_model import CTL_VQ_CREDIT, ingress_queued
-from ..fabric.netlink import TbfBucket, qdisc_bytes
+from ..fabric.netlink import TbfBucket
 from ..fabric.port import ETH_HLEN, N_PRIO
 from ..topology import TIERS
 from .pfc import ETH_P_MACCTL, KICK_LEN, PFC_DST
@@ -331,19 +331,10 @@ class CreditMeter:
     def _sent(self, port: int, prio: int) -> int | None:
         """FCTBS: the bytes of ``prio`` that ``port`` has sent — its TBF leaf's dequeued bytes less the kick
         frames the agent put through it (the receiving switch drops those uncounted)."""
-        msg = self.agent.o.getq.get((port, prio))
-        p = self.agent.o.ports[port]
-        s = self.agent.o.nl[p.node]
-        try:
-            s.send(msg)
-            sent = qdisc_bytes(s.recv(65536))
-        except OSError as e:
-            self.agent.errors.append(f"qdisc get on {p.node}/{p.ifname}: {e}")
+        st = self.agent.read_qdisc(port, prio, required=True)
+        if st is None:
             return None
-        if sent is None:
-            self.agent.errors.append(f"qdisc get on {p.node}/{p.ifname}: no statistics in the answer")
-            return None
-        return sent - self.agent.kicked.get((port, prio), 0) * KICK_LEN
+        return st.bytes - self.agent.kicked.get((port, prio), 0) * KICK_LEN
 
     def _write_stats(self, link: CreditLink) -> None:
         t = self.bpf[b"credit_stats"]

@@ -29,7 +29,7 @@ from ..datapath.queue_model import (CTL_VQ_RESYNC, CTL_VQ_SHIFT, CTL_XON_RESET, 
 from ..errors import HelperFailed
 from ..fabric import netns
 from .helper import ForkedHelper, wait_readable, write_result
-from ..fabric.netlink import qdisc_backlog, qdisc_get_message, tbf_change_message
+from ..fabric.netlink import QdiscStats, qdisc_get_message, qdisc_stats, tbf_change_message
 from ..fabric.port import ETH_HLEN, N_PRIO, PortConfig
 
 PFC_DST = bytes.fromhex("0180c2000001")
@@ -99,7 +99,7 @@ class PfcAgent(ForkedHelper):
         self.pkt = {}             # ifindex → AF_PACKET socket (bypass) for PFC frames
         self.kick = {}            # ifindex → AF_PACKET socket (through the qdisc) for kick frames
         self.msgs = {}            # (ifindex, prio) → (pause bytes, resume bytes)
-        self.getq = {}            # (ifindex, prio) → RTM_GETQDISC of that class's TBF (its real backlog)
+        self.getq = {}            # (ifindex, prio) → RTM_GETQDISC of that class's TBF (read_qdisc)
         ports = [p for sw in topo.switches for p in topo.ports[sw]]
         if scen.hosts.pfc or scen.switch.credit_on:         # host NICs obey PFC (hosts.pfc) or credits
             ports += [p for h in topo.hosts for p in topo.ports[h]]
@@ -331,24 +331,17 @@ class _Agent:
         empties, so these errors accumulated (the model read 20–60 % high); resynchronising at every pause
         and resume bounds the error to what one pause cycle adds. Packets the switch program accounts
         between the two map accesses are kept (the difference of the two reads is added back)."""
-        msg = self.o.getq.get((port, prio))
-        if msg is None:
+        if (port, prio) not in self.o.getq:
             return False
         ps = self.pq[self.pq.Key(port)].ps_per_byte
         if not ps:                                           # a host NIC: no queue model
             return False
         vk = self.vq.Key(port * N_PRIO + prio)
         v0 = self.vq[vk].finish
-        p = self.o.ports[port]
-        s = self.o.nl[p.node]
-        try:
-            s.send(msg)
-            backlog = qdisc_backlog(s.recv(65536))
-        except OSError as e:
-            self.errors.append(f"qdisc get on {p.node}/{p.ifname}: {e}")
+        st = self.read_qdisc(port, prio)
+        if st is None:
             return False
-        if backlog is None:
-            return False
+        backlog = st.backlog
         if eff is None:
             eff = self._now()
             if not drift_resync(eff, backlog, ps, self.vq[vk].finish, self.mtu)[1]:
@@ -358,6 +351,23 @@ class _Agent:
             self.resyncs += 1
         self.control(CTL_VQ_RESYNC, port * N_PRIO + prio, eff, backlog * ps // 1000, v0)
         return True
+
+    def read_qdisc(self, port: int, prio: int, required: bool = False) -> QdiscStats | None:
+        """The statistics of the TBF leaf of (port, prio), read with its prepared RTM_GETQDISC: the one place
+        that asks, for the queue model's resync (its backlog) and the credit meter (the bytes it sent). None if
+        the socket fails (recorded as an error) or the answer has no statistics (recorded too if ``required``;
+        a resync just skips that queue)."""
+        p = self.o.ports[port]
+        s = self.o.nl[p.node]
+        try:
+            s.send(self.o.getq[(port, prio)])
+            st = qdisc_stats(s.recv(65536))
+        except OSError as e:
+            self.errors.append(f"qdisc get on {p.node}/{p.ifname}: {e}")
+            return None
+        if st is None and required:
+            self.errors.append(f"qdisc get on {p.node}/{p.ifname}: no statistics in the answer")
+        return st
 
     def control(self, op: int, key: int, a: int = 0, b: int = 0, c: int = 0) -> None:
         """An atomic change to the queue model (the switch program updates it from other CPUs meanwhile)."""

@@ -12,6 +12,7 @@ import os
 import socket
 import struct
 import time
+from typing import NamedTuple
 
 from pyroute2.netlink import (NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST, NLMSG_DONE,
                               NLMSG_ERROR)
@@ -158,14 +159,25 @@ class TbfBucket:
 
 def qdisc_get_message(ifindex: int, handle: int, parent: int, seq: int = 1) -> bytes:
     """A pre-encoded RTM_GETQDISC request for one qdisc (the leaf under class ``parent``): its answer carries
-    the qdisc's own backlog (parse it with ``qdisc_backlog``). The PFC agent reads a paused class's queue."""
+    the qdisc's own statistics (parse it with ``qdisc_stats``). The PFC agent reads a class's TBF with it."""
     return (struct.pack("IHHII", 36, RTM_GETQDISC, NLM_F_REQUEST | 0x8, seq, 0)
             + struct.pack("BBHiIII", 0, 0, 0, ifindex, handle, parent, 0))
 
 
-def _tc_stats(reply: bytes) -> tuple | None:
-    """struct tc_stats (bytes, packets, drops, overlimits, bps, pps, qlen, backlog) of the RTM_NEWQDISC answer to
-    ``qdisc_get_message``; None on an error answer."""
+class QdiscStats(NamedTuple):
+    """struct tc_stats. A TBF counts ``bytes`` at dequeue (what its port sent); ``backlog`` is in bytes."""
+    bytes: int
+    packets: int
+    drops: int
+    overlimits: int
+    bps: int
+    pps: int
+    qlen: int
+    backlog: int
+
+
+def qdisc_stats(reply: bytes) -> QdiscStats | None:
+    """The statistics in the RTM_NEWQDISC answer to ``qdisc_get_message``; None on an error answer."""
     if len(reply) < 16 or struct.unpack_from("H", reply, 4)[0] != RTM_NEWQDISC:
         return None
     length = struct.unpack_from("I", reply, 0)[0]
@@ -175,22 +187,9 @@ def _tc_stats(reply: bytes) -> tuple | None:
         if alen < 4:
             break
         if atype == 3 and alen >= 4 + 36:                    # TCA_STATS: struct tc_stats
-            return struct.unpack_from("QIIIIIII", reply, a + 4)
+            return QdiscStats._make(struct.unpack_from("QIIIIIII", reply, a + 4))
         a += (alen + 3) & ~3
     return None
-
-
-def qdisc_backlog(reply: bytes) -> int | None:
-    """Backlog (bytes) in the answer to ``qdisc_get_message``; None on an error answer."""
-    st = _tc_stats(reply)
-    return None if st is None else st[7]
-
-
-def qdisc_bytes(reply: bytes) -> int | None:
-    """Bytes the qdisc ever dequeued (a TBF counts at dequeue: what its port sent) in the answer to
-    ``qdisc_get_message``; None on an error answer."""
-    st = _tc_stats(reply)
-    return None if st is None else st[0]
 
 
 class Batch:
