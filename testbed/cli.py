@@ -113,8 +113,6 @@ def run(scenario, out, sets, metrics, cluster):
     scen = _load(scenario, sets)
     from . import runner
     from .report import write_report
-    if cluster and metrics:
-        raise UserError("--metrics serves one machine's lab; it is not available with --cluster yet")
     if scen.placement is not None and scen.placement.partitions > 1 and not cluster:
         raise UserError(f"{scenario}: placement.partitions {scen.placement.partitions} splits the fabric over "
                         f"machines: give --cluster ADDRESS (or auto)")
@@ -123,7 +121,7 @@ def run(scenario, out, sets, metrics, cluster):
     try:
         if cluster:
             from .cluster.run import run as cluster_run
-            outdir, row = cluster_run(scen, cluster, out, source=scenario, log=_echo)
+            outdir, row = cluster_run(scen, cluster, out, source=scenario, log=_echo, metrics=metrics)
         else:
             outdir, row = runner.run(scen, out, source=scenario, log=_echo, metrics=metrics)
     except runner.RunFailed as e:
@@ -151,7 +149,9 @@ def up(scenario, name, sets, metrics, cluster):
     scen = _load(scenario, sets)
     if cluster:
         if metrics:
-            raise UserError("--metrics serves one machine's lab; it is not available with --cluster yet")
+            raise UserError("--metrics with `up --cluster` is not available yet (its endpoint would need a process "
+                            "outliving this command); `testbed run --cluster ADDRESS --metrics HOST:PORT` serves a "
+                            "split fabric's metrics")
         from .cluster.run import ClusterLab
         name = name or (re.sub(r"[^a-z0-9]", "", scen.name.lower())[:8] or "lab")
         if len(name) > 10:

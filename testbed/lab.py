@@ -200,7 +200,7 @@ class Lab:
         if scen.hosts.docker is not None:      # Docker that cannot run is refused here, before anything is built
             from .container.hosts import ContainerHosts
             self.containers = ContainerHosts(name, {h: scen.hosts.docker.image_of(h) for h in self.topo.hosts},
-                                             log)
+                                             log, start_daemon=nodes is None)
 
     def __enter__(self) -> "Lab":
         LABS_DIR.mkdir(parents=True, exist_ok=True)
@@ -279,15 +279,20 @@ class Lab:
                 self.scheduler.start()
                 self._helper("failure-scheduler", self.scheduler.pid)
             if self.metrics is not None:
-                from .telemetry.live import MetricsExporter
-                self.exporter = MetricsExporter(self.name, self.datapath, self.topo, self.metrics)
-                self.exporter.detach = self.keep
-                self.exporter.start()
-                self._helper("metrics-exporter", self.exporter.pid)
+                self.serve_metrics(self.metrics)
         except BaseException:
             self.close(force=True)
             raise
         return self
+
+    def serve_metrics(self, address: str | tuple[str, int]) -> tuple[str, int]:
+        """Start the live metrics exporter (telemetry/live.py) at ``address``; returns where it listens."""
+        from .telemetry.live import MetricsExporter
+        self.exporter = MetricsExporter(self.name, self.datapath, self.topo, address)
+        self.exporter.detach = self.keep
+        self.exporter.start()
+        self._helper("metrics-exporter", self.exporter.pid)
+        return self.exporter.endpoint
 
     def _helper(self, name: str, pid: int) -> None:
         """Record a helper process in the state file (pid + start time), so a crashed run's helpers are ended."""

@@ -206,7 +206,7 @@ def routing_degradations(scen, rt: dict, fs: dict) -> list[str]:
     """What the routing agent(s) and failure scheduler(s) could not do (their results, merged over machines)."""
     out = []
     if rt.get("error_count"):
-        out.append(f"routing agent: {rt['error_count']} failed sweep(s), e.g. {rt['errors'][0]}")
+        out.append(f"routing agent: {rt['error_count']} failed sweep(s) or flooding(s), e.g. {rt['errors'][0]}")
     if rt.get("late_sweeps"):
         out.append(f"subnet manager: {rt['late_sweeps']} sweep(s) started late (the SM fell behind its interval)")
     if rt.get("changes_dropped"):

@@ -243,3 +243,46 @@ def processes_named(prefix: str) -> dict[int, str]:
             if comm.startswith(prefix):
                 out[int(pid)] = comm
     return out
+
+
+# ---- live metrics (telemetry/live.py): scraping an exporter over loopback
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(address: str) -> dict[tuple, float]:
+    """(sample name, sorted labels) → value of every sample served at ``address``."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def scrape_while_running(args: list[str], address: str, timeout: float = 120) -> tuple[list[dict], str]:
+    """Run the CLI with ``args``, scraping ``address`` every 0.5 s while it runs; (the scrapes, its stderr).
+    Asserts it exited 0."""
+    proc = subprocess.Popen(TESTBED + args, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    scrapes = []
+    try:
+        deadline = time.time() + timeout
+        while proc.poll() is None and time.time() < deadline:
+            try:
+                scrapes.append(scrape(address))
+            except OSError:                  # not listening yet, or already gone
+                time.sleep(0.2)
+                continue
+            time.sleep(0.5)
+        _, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(30)
+    assert proc.returncode == 0, stderr
+    return scrapes, stderr

@@ -421,6 +421,81 @@ def test_a_link_failure_on_one_machine_reroutes_the_other_through_flooded_link_s
     assert flows["lost"].sum() == fail["lost_packets"].sum()
 
 
+def test_run_over_two_machines_serves_both_machines_metrics_at_one_endpoint(cluster, tmp_path):
+    """`testbed run --cluster --metrics`: scraped while the traffic runs, the driver's one endpoint serves the
+    switches of both machines under the run's lab name, both machines up, and the fabric's tx bytes grow from
+    one scrape to the next; the manifest records the scrapes and that no machine missed one."""
+    from conftest import free_port, scrape_while_running
+    address = f"127.0.0.1:{free_port()}"
+    out = tmp_path / "metrics"
+    scrapes, _ = scrape_while_running(["run", "scenarios/default.yaml", "--cluster", "auto", "--out", str(out),
+                                       "--metrics", address, "--set", "placement.partitions=2",
+                                       "--set", "duration=3s"], address)
+    m = json.loads((out / "manifest.json").read_text())
+    on = {n: p for n, p in m["cluster"]["partition"].items() if n.startswith(("leaf", "spine"))}
+    assert set(on.values()) == {"m0", "m1"}
+    served = [s for s in scrapes if any(n == "ftb_port_tx_bytes_total" for n, _ in s)]
+    assert len(served) >= 3, len(scrapes)
+    last = [(n, dict(ls), v) for (n, ls), v in served[-1].items()]
+    assert {ls["switch"] for n, ls, _ in last if n == "ftb_port_tx_bytes_total"} == set(on)
+    assert {ls["lab"] for _, ls, _ in last} == {m["lab"]}
+    assert {ls["machine"]: v for n, ls, v in last if n == "ftb_machine_up"} == {"m0": 1.0, "m1": 1.0}
+    totals = [sum(v for (n, _), v in s.items() if n == "ftb_port_tx_bytes_total") for s in served]
+    assert any(b > a for a, b in zip(totals, totals[1:])), totals
+    assert m["metrics"]["scrapes"] >= len(served) and m["metrics"]["missed"] == {"m0": 0, "m1": 0}
+
+
+def test_container_hosts_on_both_machines_carry_a_permutation_and_are_removed(cluster, tmp_path):
+    """hosts.docker over 2 machines: each machine's part starts its own hosts' containers (named after its part's
+    lab) and runs their traffic agents inside them (the agents' mount and network namespaces are their
+    containers'); the permutation crosses the cut and every flow delivers, the manifest names every host's
+    container, and no container of the run is left afterwards."""
+    from conftest import processes_named, wait_for
+    from testbed.container.engine import DockerError, client
+    try:
+        docker = client(log=print)
+    except DockerError as e:
+        pytest.skip(f"Docker cannot run here: {e}")
+    out = tmp_path / "docker"
+    proc = subprocess.Popen([*TESTBED, "run", "scenarios/default.yaml", "--cluster", "auto", "--out", str(out),
+                             "--set", "placement.partitions=2", "--set", "hosts.docker.image=fabric-testbed/host",
+                             "--set", "duration=3s", "--set", "topology.spines=2", "--set", "topology.hosts_per_leaf=2"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    inside: dict[str, bool] = {}
+    try:
+        def agents() -> dict[int, tuple[str, str]]:
+            """pid → (part lab, host) of the run's traffic agents."""
+            return {pid: tuple(comm[len("ftb-"):].rsplit("-", 1)) for pid, comm in processes_named("ftb-c").items()
+                    if comm.rsplit("-", 1)[-1].startswith("h")}
+        seen: dict = {}
+        assert wait_for(lambda: seen.update(agents()) or len({h for _, h in seen.values()}) == 4, 90, 0.02)
+        for pid, (lab, host) in seen.items():
+            try:
+                ctr = docker.containers.get(f"ftb-{lab}-{host}").attrs["State"]["Pid"]
+                inside[host] = all(os.readlink(f"/proc/{pid}/ns/{k}") == os.readlink(f"/proc/{ctr}/ns/{k}")
+                                   for k in ("mnt", "net"))
+            except FileNotFoundError:        # nsenter's parent half, or an agent that just ended
+                continue
+        _, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert inside == {"h0": True, "h1": True, "h2": True, "h3": True}, inside
+    m = json.loads((out / "manifest.json").read_text())
+    labs = {n["machine"]: n["lab"] for n in m["cluster"]["nodes"]}
+    hosts, on = m["docker"]["hosts"], m["cluster"]["partition"]
+    assert sorted(hosts) == ["h0", "h1", "h2", "h3"] and {on[h] for h in hosts} == {"m0", "m1"}
+    for h, d in hosts.items():
+        assert d["agent"] == "container" and d["container"] == f"ftb-{labs[on[h]]}-{h}"
+    flows = _rows(out / "flows.csv")                  # UDP at line rate: ECMP collisions lose packets, as always
+    crossing = [f for f in flows if on[f["src"]] != on[f["dst"]]]
+    assert len(flows) == 4 and crossing and all(int(f["bytes"]) > 0 for f in flows)
+    assert [c.name for lab in labs.values()
+            for c in docker.containers.list(all=True, filters={"label": f"fabric-testbed={lab}"})] == []
+
+
 def test_zz_machine_dying_mid_sweep_fails_only_its_run_which_is_retried_elsewhere(cluster, tmp_path):
     """Last in the module: machine m1 dies (every process of it SIGKILLed, as a crashed host) while it runs a
     sweep's run; that run is retried once on m0 and the sweep completes, saying so."""

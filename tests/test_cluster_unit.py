@@ -105,6 +105,8 @@ def test_unsupported_features_are_named():
     assert unsupported(_scen(path="scenarios/incast-credit.yaml")) is None   # credit frames cross it
     assert unsupported(_scen(path="scenarios/allreduce-ring.yaml")) is None
     assert unsupported(_scen(path="scenarios/link-failure.yaml")) is None    # link state is flooded
+    assert unsupported(_scen("hosts.docker.image=fabric-testbed/host")) is None   # each machine starts its own
+    assert "rxe" in unsupported(_scen("traffic.engine=rxe"))
     assert "subnet manager" in unsupported(_scen("switch.routing=sm", path="scenarios/link-failure.yaml"))
 
 
@@ -191,3 +193,11 @@ def test_routing_and_failure_results_of_two_machines_merge_into_one_runs():
     (e0, e1) = f["applied"]
     assert e0["applied"] == 10.0 and e0["took_s"] == pytest.approx(0.0025) and e0["requests"] == 2
     assert e1["applied"] == 11.0002 and e1["took_s"] == pytest.approx(0.001) and e1["requests"] == 2
+
+
+def test_up_over_the_cluster_refuses_metrics_in_one_line():
+    from conftest import run_cli
+    res = run_cli("up", "scenarios/default.yaml", "--cluster", "auto", "--metrics", "127.0.0.1:9464")
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert "--metrics with `up --cluster` is not available yet" in line

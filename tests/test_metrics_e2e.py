@@ -6,32 +6,16 @@ from __future__ import annotations
 import re
 import socket
 import urllib.error
-import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.fabric import netns
 
-from conftest import make_scenario, run_cli, udp_send, wait_for
+from conftest import free_port, make_scenario, run_cli, scrape, scrape_while_running, udp_send, wait_for
 
 pytestmark = pytest.mark.e2e
 
 PAYLOAD = 972                     # UDP payload: 1000 IP bytes, 1014-byte frames at the switch
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def scrape(address: str) -> dict[tuple, float]:
-    """(sample name, sorted labels) → value of every sample the exporter serves."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
 def pick(samples: dict, name: str, **labels) -> float:
@@ -124,35 +108,13 @@ def test_run_serves_metrics_while_its_traffic_flows(tmp_path):
     """`testbed run --metrics`: scraped while the traffic runs, the fabric's tx bytes grow from one scrape to the
     next; the manifest records the exporter's address and scrape count; the exporter ends with the run."""
     import json
-    import os
-    import subprocess
-    import time
 
-    from conftest import ROOT, TESTBED
     address = f"127.0.0.1:{free_port()}"
     out = tmp_path / "run"
-    proc = subprocess.Popen(TESTBED + ["run", "scenarios/default.yaml", "--out", str(out), "--metrics", address,
+    scrapes, _ = scrape_while_running(["run", "scenarios/default.yaml", "--out", str(out), "--metrics", address,
                                        "--set", "duration=3s", "--set", "topology.spines=2",
-                                       "--set", "topology.hosts_per_leaf=2"],
-                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    totals = []
-    try:
-        deadline = time.time() + 60
-        while proc.poll() is None and time.time() < deadline:
-            try:
-                s = scrape(address)
-            except OSError:                  # not listening yet, or already gone
-                time.sleep(0.2)
-                continue
-            totals.append(sum(v for (n, _), v in s.items() if n == "ftb_port_tx_bytes_total"))
-            time.sleep(0.5)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(30)
-    assert proc.returncode == 0, stderr
+                                       "--set", "topology.hosts_per_leaf=2"], address, timeout=60)
+    totals = [sum(v for (n, _), v in s.items() if n == "ftb_port_tx_bytes_total") for s in scrapes]
     assert len(totals) >= 3 and any(b > a for a, b in zip(totals, totals[1:])), totals
     m = json.loads((out / "manifest.json").read_text())
     assert m["metrics"]["address"] == address and m["metrics"]["scrapes"] >= len(totals)

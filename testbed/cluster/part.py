@@ -78,11 +78,18 @@ class Part:
         lab.__enter__()
         return {"timings": dict(lab.fabric.timings), "warnings": list(lab.warnings),
                 "compile_s": lab.datapath.compile_seconds,
+                "docker": lab.containers.manifest() if lab.containers is not None else None,
                 "routing": lab.routing.flood_endpoint if lab.routing is not None else None}
 
     def routing_peers(self, endpoints: list) -> None:
         """The other machines' routing agents: this one floods its link state to them from now on."""
         self.lab.routing.set_peers(endpoints)
+
+    def metrics_start(self) -> tuple[str, int]:
+        """This machine's live metrics exporter, on its underlay address (a free port): the driver's
+        FabricFederation fetches it at every scrape."""
+        import ray
+        return self.lab.serve_metrics((ray.util.get_node_ip_address(), 0))
 
     def failures_go(self, t0: float) -> None:
         """Start this machine's failure scheduler on the traffic's t0 (every machine's on the same)."""
@@ -123,7 +130,9 @@ class Part:
 
     def agents_start(self, hosts: list[str]) -> None:
         from ..workloads.agents import AgentSet
-        self.agents = AgentSet(hosts, self.lab.fabric.ns.__getitem__).__enter__()
+        ctrs = self.lab.containers
+        self.agents = AgentSet(hosts, self.lab.fabric.ns.__getitem__,
+                               ctrs.containers if ctrs is not None else None).__enter__()
 
     def agents_ready(self, deadline: float, started: float) -> None:
         self.agents.wait_ready(deadline, started)

@@ -31,7 +31,7 @@ class PartFailed(HelperFailed):
 
 def unsupported(scen) -> str | None:
     """What a fabric over several machines cannot do yet (None: nothing): the helpers that need every switch at
-    once (subnet manager, WCMP controller), Soft-RoCE and container hosts; each named with why in one line.
+    once (subnet manager, WCMP controller) and Soft-RoCE; each named with why in one line.
     (Credits cross the cut in credit frames: control/credits.py; failures are scheduled on every machine and
     the routing agents flood link state: control/routing.py.)"""
     sw, tr = scen.switch, scen.traffic
@@ -39,8 +39,7 @@ def unsupported(scen) -> str | None:
               (sw.load_balancing == "wcmp" and sw.wcmp.source != "static",
                f"switch.wcmp.source: {sw.wcmp.source} (the WCMP controller reads every switch)"),
               (tr.engine == "rxe", "traffic.engine: rxe (the driver runs perftest in every host's namespace itself; "
-                                   "they are on other machines)"),
-              (scen.hosts.docker is not None, "hosts.docker (container hosts are started by one machine's Docker)")]
+                                   "they are on other machines)")]
     return next((what for bad, what in checks if bad), None)
 
 
@@ -316,6 +315,20 @@ class ClusterLab:
         self.probes: list[dict] = []
         self.warnings: list[str] = []
         self.build_s = 0.0
+        self.docker: dict | None = None            # container hosts: every machine's (the manifest's ``docker``)
+        if scen.hosts.docker is not None:
+            self._docker_ready()
+
+    def _docker_ready(self) -> None:
+        """Container hosts: on the local cluster every machine's part uses this machine's Docker daemon, which a
+        part never starts itself (its actor runs inside a machine namespace): start it here if need be and build
+        the host image once, before the parts race to. On real machines each part checks its own daemon."""
+        from . import local
+        if local.read_state() is None:
+            return
+        from ..container.hosts import ContainerHosts
+        docker = self.scen.hosts.docker
+        ContainerHosts(self.name, {h: docker.image_of(h) for h in self.topo.hosts}, self.log)
 
     def ns_of(self, node: str) -> str:
         return f"ftb-{self.labs[self.part.of[node]]}-{node}"
@@ -343,6 +356,10 @@ class ClusterLab:
             self.build_s = time.perf_counter() - t
             for b in builds:
                 self.warnings += [w for w in b["warnings"] if w not in self.warnings]
+                if b["docker"] is not None:
+                    self.docker = self.docker or {"hosts": {}, "notes": []}
+                    self.docker["hosts"].update(b["docker"]["hosts"])
+                    self.docker["notes"] += [n for n in b["docker"]["notes"] if n not in self.docker["notes"]]
             flood = [b["routing"] for b in builds]
             if all(flood) and len(flood) > 1:        # the link-state watchers learn of each other's links
                 parts.all("routing_peers", each=lambda i: ([e for j, e in enumerate(flood) if j != i],))
@@ -399,9 +416,10 @@ def down(name: str, address: str, log: Callable[[str], None] = lambda s: None) -
 
 
 def run(scen, address: str, out: str | Path | None = None, source: str = "",
-        log: Callable[[str], None] = lambda s: None) -> tuple[Path, dict]:
+        log: Callable[[str], None] = lambda s: None, metrics: str | None = None) -> tuple[Path, dict]:
     """Run ``scen`` with its fabric split over the cluster's machines (``placement``; none: one machine); return
-    (result directory, summary row) like runner.run, and raise runner.RunFailed the same way."""
+    (result directory, summary row) like runner.run, and raise runner.RunFailed the same way. ``metrics``:
+    HOST:PORT where the driver serves every machine's live metrics as one lab's (telemetry/live.py)."""
     from .. import doctor, report, runner, workloads
     from ..telemetry import paths_used
     from ..telemetry.links import model_error
@@ -414,43 +432,63 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
     caps = doctor.as_dict(doctor.probe(with_bcc=False))
     cl = ClusterLab(scen, address, log)
     topo, part, used = cl.topo, cl.part, cl.used
+    federation = None
+    if metrics is not None:                    # listens now: an address in use is refused before anything is built
+        from ..telemetry.live import FabricFederation
+        federation = FabricFederation(cl.name, metrics)
+    metrics_results: dict | None = None
     started = time.time()
     failures: list[str] = []
     traffic = runner.Traffic()
     finals: dict = {}
     origin = started
-    with cl:
-        parts = cl.parts
-        try:
-            origin = time.time()
-            parts.all("start", origin)
-            duration_s = scen.duration / 1e9
-            sndbuf = min(workloads.DEFAULT_SNDBUF, scen.topology.host_link.buffer * 3 // 4)
-            remote = dict(agent_set=lambda hosts, _ns, _containers: RemoteAgents(parts, part.of, hosts))
-            if scen.failures:                # every machine's scheduler on the traffic's t0; receivers' timelines
-                remote.update(on_t0=lambda t0: parts.all("failures_go", t0), timeline_bin_s=runner.TIMELINE_BIN_S)
+    try:
+        with cl:
+            parts = cl.parts
             try:
-                if scen.traffic.scheduled:
-                    traffic = runner.scheduled_traffic(scen, topo, cl.ns_of, origin, outdir, log,
-                                                       sndbuf_bytes=sndbuf, **remote)
-                else:
-                    traffic.flows = workloads.plan(scen.traffic, topo, scen.seed, duration_s)
-                    runner.set_host_classes(scen, traffic.flows)
-                    log(f"traffic: {len(traffic.flows)} {scen.traffic.engine} flows, pattern {scen.traffic.pattern}, "
-                        f"up to {duration_s:g} s")
-                    traffic.results = workloads.run(traffic.flows, cl.ns_of, duration_s, scen.packet_size,
-                                                    sndbuf_bytes=sndbuf, info=traffic.info, origin=origin, **remote)
-            except (HelperFailed, WorkloadError) as e:
-                failures.append(str(e))
-            for i, a in enumerate(parts.actors):
-                if i in parts.dead:
-                    continue
+                if federation is not None:
+                    federation.serve({used[i].name: tuple(e)
+                                      for i, e in enumerate(parts.all("metrics_start"))})
+                    log(f"metrics: http://{metrics}/metrics (every machine's, fetched at each scrape)")
+                origin = time.time()
+                parts.all("start", origin)
+                duration_s = scen.duration / 1e9
+                sndbuf = min(workloads.DEFAULT_SNDBUF, scen.topology.host_link.buffer * 3 // 4)
+                remote = dict(agent_set=lambda hosts, _ns, _containers: RemoteAgents(parts, part.of, hosts))
+                if scen.failures:            # every machine's scheduler on the traffic's t0; receivers' timelines
+                    remote.update(on_t0=lambda t0: parts.all("failures_go", t0),
+                                  timeline_bin_s=runner.TIMELINE_BIN_S)
                 try:
-                    finals[i] = parts.get(i, a.finish.remote())
-                except PartFailed as e:
+                    if scen.traffic.scheduled:
+                        traffic = runner.scheduled_traffic(scen, topo, cl.ns_of, origin, outdir, log,
+                                                           sndbuf_bytes=sndbuf, **remote)
+                    else:
+                        traffic.flows = workloads.plan(scen.traffic, topo, scen.seed, duration_s)
+                        runner.set_host_classes(scen, traffic.flows)
+                        log(f"traffic: {len(traffic.flows)} {scen.traffic.engine} flows, pattern "
+                            f"{scen.traffic.pattern}, up to {duration_s:g} s")
+                        traffic.results = workloads.run(traffic.flows, cl.ns_of, duration_s, scen.packet_size,
+                                                        sndbuf_bytes=sndbuf, info=traffic.info, origin=origin,
+                                                        **remote)
+                except (HelperFailed, WorkloadError) as e:
                     failures.append(str(e))
-        finally:
-            problems = cl.close()
+                if federation is not None:         # before the parts end: a scrape then would find them gone
+                    metrics_results = federation.close()
+                for i, a in enumerate(parts.actors):
+                    if i in parts.dead:
+                        continue
+                    try:
+                        finals[i] = parts.get(i, a.finish.remote())
+                    except PartFailed as e:
+                        failures.append(str(e))
+            finally:
+                if federation is not None and metrics_results is None:
+                    metrics_results = federation.close()
+                problems = cl.close()
+    except BaseException:
+        if federation is not None and metrics_results is None:     # the parts were never built
+            federation.close()
+        raise
     for p in problems:
         if p not in failures:
             failures.append(p)
@@ -486,6 +524,8 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
     degradations += pfc.get("degradations", [])
     routing, scheduler = _merge_routing(finals, used)
     degradations += runner.routing_degradations(scen, routing, scheduler)
+    if federation is not None:
+        degradations += federation.degradations()
     degradations += info.get("agent_problems", [])
     for d in degradations:
         log(f"degraded: {d}")
@@ -504,6 +544,8 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
                                 timings=timings, pcaps=pcaps, origin=origin)
     manifest["int"] = dict(int_stats, fabric_mtu=scen.fabric_mtu) if int_stats is not None else None
     manifest["cluster"] = cl.manifest_section()
+    manifest["docker"] = cl.docker
+    manifest["metrics"] = metrics_results
     meta = {"run_id": run_id, "scenario": scen.name, "load_balancing": scen.switch.load_balancing,
             "seed": scen.seed, "duration_s": scen.duration / 1e9,
             "offered_mbps": workloads.offered_mbps(flows, scen.topology.host_link.rate, scen.duration / 1e9),

@@ -110,13 +110,15 @@ class ContainerHosts:
     starting it on first use) and checks that every image is there (building fabric-testbed/host when it is
     the one missing), so that Docker that cannot run is one line before the fabric exists."""
 
-    def __init__(self, lab: str, images: dict[str, str], log=lambda s: None):
+    def __init__(self, lab: str, images: dict[str, str], log=lambda s: None, start_daemon: bool = True):
+        """``start_daemon``: install and start Docker when it is missing (False: one machine's part of a fabric
+        over several — its actor may run inside a machine namespace, no place for the machine's daemon)."""
         self.lab, self.images, self.log = lab, dict(images), log
         self.names = names(lab, images)
         self.containers: dict[str, Container] = {}
         self.timings: dict[str, float] = {}
         self.notes: list[str] = []         # what the user should know (an image that cannot run the agent)
-        self.client = client(log=log)
+        self.client = client(start=start_daemon, install=start_daemon, log=log)
         self._check_images()
 
     def _check_images(self) -> None:

@@ -23,8 +23,8 @@ both ends when either end goes down). Two jobs:
 
 **Over several machines** (testbed/cluster/) each machine's agent watches only its own switches; the agents
 flood link state to each other over the underlay, as a link-state routing protocol floods its LSAs: after every
-change an agent sends its peers (UDP) the full set of its ports that are down, with a sequence number — absolute,
-so a lost datagram is repaired by the next one. A peer's ports enter the view (not ``port_down``: they are
+change, and every FLOOD_REFRESH_S without one, an agent sends its peers (UDP) the full set of its ports that are
+down, with a sequence number — absolute, so a lost datagram is repaired by the next one. A peer's ports enter the view (not ``port_down``: they are
 another machine's) and every agent computes the reroute over the whole fabric, writing its own switches' entries.
 
 Everything it did is reported when it ends: every carrier change it saw (``local``), every reroute or sweep that
@@ -53,6 +53,7 @@ NLM_F_REQUEST, NLM_F_DUMP = 1, 0x300
 RTMGRP_LINK = 1
 IFF_UP, IFF_LOWER_UP = 0x1, 0x10000
 WATCH_POLL_S = 0.05                  # the longest the agent sleeps between checks for SIGTERM
+FLOOD_REFRESH_S = 1.0                # over several machines: link state is flooded again this often unchanged
 MAX_CHANGES = 500                    # change records kept (a flapping link must not grow the results unbounded)
 
 
@@ -282,6 +283,7 @@ class _Agent:
         self.peer_seq: dict[tuple, int] = {}       # the last sequence number taken from each peer
         self.peer_down: dict[tuple, set] = {}      # each peer's ports that are down, as it last said
         self.floods_sent = self.floods_taken = 0
+        self.flooded_at = 0.0
 
     # ---- reading the kernel
 
@@ -341,15 +343,19 @@ class _Agent:
 
     def _flood(self) -> None:
         """Tell every peer which of this machine's switch ports are down (absolute: a lost datagram is repaired
-        by the next one)."""
+        by the next one, at the latest FLOOD_REFRESH_S later)."""
         if not self.peers:
             return
+        self.flooded_at = time.monotonic()
         self.flood_seq += 1
         msg = json.dumps({"seq": self.flood_seq,
                           "down": sorted(i for i, up in self.state.items() if not up and i in self.switch_of)})
         for peer in self.peers:
-            self.o.flood.sendto(msg.encode(), peer)
-            self.floods_sent += 1
+            try:
+                self.o.flood.sendto(msg.encode(), peer)
+                self.floods_sent += 1
+            except OSError as e:                   # the next change's datagram repairs it: reported, not fatal
+                self.errors.append(f"flooding to {peer[0]}:{peer[1]}: {e.strerror or e}")
 
     def _take_floods(self, t: float) -> list[tuple[int, bool]]:
         """A peer's ports whose state its latest message changed (seen at ``t``): they enter the view."""
@@ -453,7 +459,7 @@ class _Agent:
             if self.peers_r in readable:
                 self._take_peers()
             changed = self._take_events([fd for fd in readable if fd in self.sock_sw], t)
-            if changed:
+            if changed or (self.peers and time.monotonic() - self.flooded_at >= FLOOD_REFRESH_S):
                 self._flood()
             if flood_fd in readable:
                 changed += self._take_floods(t)

@@ -6,13 +6,19 @@ twice (counters as Prometheus counters, depths as gauges). It reads without rese
 telemetry sampler resets (a queue's interval maximum), so scraping never changes a result. Per-flow bytes come
 from the switches' flow table, which the exporter turns on at every switch (``Datapath.track_all_flows``).
 
+A fabric over several machines (``testbed run --cluster --metrics``) has one exporter per machine, on its
+underlay address, and one endpoint at the driver (FabricFederation) that fetches them all at every scrape and
+serves them as one lab's.
+
 Metric names and labels are listed in results/README.md (Live metrics).
 """
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import signal
 import threading
+import urllib.request
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from ..control.helper import ForkedHelper, write_result
@@ -115,10 +121,16 @@ class MetricsExporter(ForkedHelper):
     label = "metrics exporter"
     failure = MetricsFailed
 
-    def __init__(self, lab: str, datapath, topo, address: str):
+    def __init__(self, lab: str, datapath, topo, address: str | tuple[str, int]):
+        """``address``: the user's HOST:PORT, or (host, port) — port 0 picks a free one (a machine's exporter
+        behind a FabricFederation); ``endpoint`` then says which."""
         super().__init__()
         self.lab, self.dp, self.topo = lab, datapath, topo
-        self.host, self.port = parse_address(address)
+        self.host, self.port = parse_address(address) if isinstance(address, str) else address
+
+    @property
+    def endpoint(self) -> tuple[str, int]:
+        return self.host, self.port
 
     def start(self) -> None:
         from prometheus_client import CollectorRegistry, make_wsgi_app
@@ -129,6 +141,7 @@ class MetricsExporter(ForkedHelper):
             server = make_server(self.host, self.port, make_wsgi_app(registry), handler_class=_QuietHandler)
         except OSError as e:
             raise MetricsFailed(f"metrics exporter: cannot listen on {self.host}:{self.port}: {e.strerror}") from None
+        self.port = server.server_address[1]
         self.dp.track_all_flows()
         try:
             self._fork(lambda wfd, ready: self._serve(server, collector, wfd, ready), f"ftb-{self.lab}-met")
@@ -146,3 +159,79 @@ class MetricsExporter(ForkedHelper):
         server.shutdown()
         thread.join(2.0)
         write_result(wfd, {"scrapes": collector.scrapes, "address": f"{self.host}:{self.port}"})
+
+
+FETCH_TIMEOUT_S = 2.0        # a machine's exporter that has not answered by then is reported down for that scrape
+
+
+class FabricFederation:
+    """The one metrics endpoint of a fabric over several machines, served by a thread of the driver: every scrape
+    fetches each machine's exporter afresh and serves their families merged, with the names and labels of one
+    machine's lab (``lab`` = the run's), plus ``ftb_machine_up{machine}`` — 0 when that machine's exporter did not
+    answer this scrape (its samples are missing from it). Listens at construction, so an address in use is refused
+    before anything is built."""
+
+    def __init__(self, lab: str, address: str):
+        from prometheus_client import CollectorRegistry, make_wsgi_app
+        self.lab, self.address = lab, address
+        host, port = parse_address(address)
+        self.machines: dict[str, tuple[str, int]] = {}
+        self.scrapes = 0
+        self.missed: dict[str, int] = {}
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        try:
+            self.server = make_server(host, port, make_wsgi_app(registry), handler_class=_QuietHandler)
+        except OSError as e:
+            raise MetricsFailed(f"metrics: cannot listen on {address}: {e.strerror}") from None
+        self._thread: threading.Thread | None = None
+
+    def serve(self, machines: dict[str, tuple[str, int]]) -> None:
+        """Start serving, from the machines' exporters (machine name → its endpoint)."""
+        self.machines = dict(machines)
+        self.missed = {m: 0 for m in machines}
+        self._thread = threading.Thread(target=self.server.serve_forever, name="metrics-federation", daemon=True)
+        self._thread.start()
+
+    def _fetch(self, endpoint: tuple[str, int]) -> str:
+        with urllib.request.urlopen(f"http://{endpoint[0]}:{endpoint[1]}/metrics", timeout=FETCH_TIMEOUT_S) as r:
+            return r.read().decode()
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.parser import text_string_to_metric_families
+        self.scrapes += 1
+        up = GaugeMetricFamily(PREFIX + "machine_up", "1 when the machine's exporter answered this scrape",
+                               labels=["lab", "machine"])
+        merged: dict = {}
+        for machine, endpoint in self.machines.items():
+            try:
+                families = list(text_string_to_metric_families(self._fetch(endpoint)))
+            except (OSError, http.client.HTTPException, ValueError):
+                self.missed[machine] += 1
+                up.add_metric([self.lab, machine], 0)
+                continue
+            up.add_metric([self.lab, machine], 1)
+            for fam in families:
+                into = merged.setdefault(fam.name, fam)
+                samples = [s._replace(labels=dict(s.labels, lab=self.lab)) if "lab" in s.labels else s
+                           for s in fam.samples]
+                if into is fam:
+                    fam.samples = samples
+                else:
+                    into.samples.extend(samples)
+        yield up
+        yield from merged.values()
+
+    def close(self) -> dict:
+        """Stop serving; what it served (the manifest's ``metrics``)."""
+        if self._thread is not None:
+            self.server.shutdown()
+            self._thread.join(FETCH_TIMEOUT_S * (1 + len(self.machines)))
+        self.server.server_close()
+        return {"address": self.address, "scrapes": self.scrapes,
+                "machines": {m: f"{h}:{p}" for m, (h, p) in self.machines.items()}, "missed": dict(self.missed)}
+
+    def degradations(self) -> list[str]:
+        return [f"metrics: {m}'s exporter did not answer {n} of {self.scrapes} scrape(s) (its samples were missing "
+                f"from them)" for m, n in self.missed.items() if n]
