@@ -247,7 +247,8 @@ def _routing_section(scen, lab, origin: float) -> dict | None:
             "sweeps": rt.get("sweeps"), "late_sweeps": rt.get("late_sweeps"), "sweep_s": rt.get("sweep_s"),
             "entries": rt.get("entries"), "changes": changes,
             "local": [dict(e, t=rel(e["t"])) for e in rt.get("local", [])], "errors": rt.get("errors", []),
-            "floods_sent": rt.get("floods_sent"), "floods_taken": rt.get("floods_taken")}
+            "floods_sent": rt.get("floods_sent"), "floods_taken": rt.get("floods_taken"),
+            "remote_entries": rt.get("remote_entries")}
 
 
 def _sm_rows(topo, lab, origin: float) -> list[dict] | None:

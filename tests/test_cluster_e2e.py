@@ -421,6 +421,35 @@ def test_a_link_failure_on_one_machine_reroutes_the_other_through_flooded_link_s
     assert flows["lost"].sum() == fail["lost_packets"].sum()
 
 
+def test_the_subnet_manager_on_one_machine_programs_and_reroutes_the_other(cluster, tmp_path):
+    """link-failure under SM routing (ftree, a sweep every 10 ms) with leaf0, its hosts and spine1 on m1, the
+    rest on m0, where the SM runs: the SM programs m1's switches over the underlay before the traffic (every
+    flow delivers its rate: there are no other routes), learns of the leaf0–spine1 link going down from m1's
+    flooding at its next sweep, and sends m1 its new tables. Each event is rerouted within a sweep interval (plus
+    the exchange), and the flows lose only what they sent into the dead port meanwhile."""
+    import pandas as pd
+    res, out = _run(tmp_path, "sm", "scenarios/link-failure.yaml", "--cluster", "auto",
+                    "--set", "switch.routing=sm", "--set", "placement.strategy=manual",
+                    "--set", "placement.assign={leaf0: 1, spine1: 1, leaf1: 0, spine0: 0, spine2: 0, spine3: 0}")
+    assert res.returncode == 0, res.stderr
+    fail, flows = pd.read_csv(out / "failures.csv"), pd.read_csv(out / "flows.csv")
+    routing = json.loads((out / "manifest.json").read_text())["routing"]
+    sm = pd.read_csv(out / "sm.csv")
+    print(f"\n[SM across machines] detected_ms {[round(x * 1e3, 2) for x in fail['detected_s']]} "
+          f"rerouted_ms {[round(x * 1e3, 2) for x in fail['rerouted_s']]} lost {list(fail['lost_packets'])}; "
+          f"entries sent to m1 {routing['remote_entries']}; sweeps {routing['sweeps']}; flows lost "
+          f"{flows['lost'].tolist()}")
+    assert routing["mode"] == "sm" and routing["remote_entries"] > 0
+    assert list(sm["kind"]) == ["initial", "sweep", "sweep"]
+    assert len(fail) == 2 and fail["detected_s"].notna().all() and fail["rerouted_s"].notna().all()
+    assert (fail["rerouted_s"] < 0.010 + 0.05).all(), fail["rerouted_s"].tolist()
+    pkt_rate = 4_000_000 / 8 / 1500
+    down = fail[fail["change"] == "down"].iloc[0]
+    assert down["lost_packets"] <= 8 * pkt_rate * down["rerouted_s"] + 8, down.to_dict()
+    assert (flows["lost"] <= 1.2 * pkt_rate * down["rerouted_s"] + 4).all(), flows["lost"].tolist()
+    assert (flows["goodput_mbps"] > 0.9 * 4.0).all(), flows["goodput_mbps"].tolist()
+
+
 def test_run_over_two_machines_serves_both_machines_metrics_at_one_endpoint(cluster, tmp_path):
     """`testbed run --cluster --metrics`: scraped while the traffic runs, the driver's one endpoint serves the
     switches of both machines under the run's lab name, both machines up, and the fabric's tx bytes grow from

@@ -99,7 +99,7 @@ def test_restricted_topology_keeps_ids_and_the_fabric_wide_port_lookup():
 
 def test_unsupported_features_are_named():
     assert unsupported(_scen()) is None
-    assert "subnet manager" in unsupported(_scen("switch.routing=sm"))
+    assert unsupported(_scen("switch.routing=sm")) is None       # the SM sends the other machines their tables
     for works in (("telemetry.int.enabled=true",), ("capture=[h0]",)):   # these work across the cut
         assert unsupported(_scen(*works)) is None
     assert unsupported(_scen(path="scenarios/incast-credit.yaml")) is None   # credit frames cross it
@@ -107,7 +107,7 @@ def test_unsupported_features_are_named():
     assert unsupported(_scen(path="scenarios/link-failure.yaml")) is None    # link state is flooded
     assert unsupported(_scen("hosts.docker.image=fabric-testbed/host")) is None   # each machine starts its own
     assert "rxe" in unsupported(_scen("traffic.engine=rxe"))
-    assert "subnet manager" in unsupported(_scen("switch.routing=sm", path="scenarios/link-failure.yaml"))
+    assert "WCMP controller" in unsupported(_scen(path="scenarios/int-wcmp-permutation.yaml"))
 
 
 def test_gate_paths_move_under_each_machines_own_directory():
@@ -201,3 +201,24 @@ def test_up_over_the_cluster_refuses_metrics_in_one_line():
     assert res.returncode != 0 and "Traceback" not in res.stderr
     (line,) = res.stderr.strip().splitlines()
     assert "--metrics with `up --cluster` is not available yet" in line
+
+
+def test_under_sm_routing_the_runs_routing_is_the_subnet_managers():
+    """The SM's sweeps, tables and change records are the run's (failures.csv's reaction is its); the other
+    machine's agent adds its carrier changes, errors and floods."""
+    from types import SimpleNamespace
+
+    from testbed.cluster.run import _merge_routing
+    used = [SimpleNamespace(name="m0"), SimpleNamespace(name="m1")]
+    sweep = {"kind": "sweep", "t_detect": 5.01, "t_done": 5.012, "ports": [[9, False]]}
+    sm = {"mode": "sm", "role": "subnet manager", "engine": "ftree", "sweeps": 300, "entries": 96,
+          "changes": [sweep], "local": [], "errors": [], "error_count": 0, "changes_dropped": 0,
+          "floods_sent": 4, "floods_taken": 3, "remote_entries": 40}
+    sma = {"mode": "sm", "role": "sm agent", "sweeps": 0, "entries": 0, "changes": [],
+           "local": [{"t": 5.0, "ifindex": 9, "up": False}], "errors": ["x"], "error_count": 1,
+           "changes_dropped": 0, "floods_sent": 3, "floods_taken": 4, "tables_taken": 40}
+    r, _ = _merge_routing({0: {"routing": sm}, 1: {"routing": sma}}, used)
+    assert r["mode"] == "sm" and r["engine"] == "ftree" and r["sweeps"] == 300 and r["entries"] == 96
+    assert r["agents"] == [[sweep]] and [c["machine"] for c in r["changes"]] == ["m0"]
+    assert r["local"] == [{"t": 5.0, "ifindex": 9, "up": False, "machine": "m1"}]
+    assert r["errors"] == ["m1: x"] and r["error_count"] == 1 and r["floods_taken"] == 7

@@ -79,11 +79,12 @@ class Part:
         return {"timings": dict(lab.fabric.timings), "warnings": list(lab.warnings),
                 "compile_s": lab.datapath.compile_seconds,
                 "docker": lab.containers.manifest() if lab.containers is not None else None,
-                "routing": lab.routing.flood_endpoint if lab.routing is not None else None}
+                "routing": lab.routing.endpoints if lab.routing is not None else None}
 
-    def routing_peers(self, endpoints: list) -> None:
-        """The other machines' routing agents: this one floods its link state to them from now on."""
-        self.lab.routing.set_peers(endpoints)
+    def routing_peers(self, peers: list[dict], master: bool) -> None:
+        """The other machines' routing agents: this one floods its link state to them from now on. Under SM
+        routing the ``master`` machine's agent is the subnet manager: it returns once every switch is programmed."""
+        self.lab.routing.set_peers(peers, master)
 
     def metrics_start(self) -> tuple[str, int]:
         """This machine's live metrics exporter, on its underlay address (a free port): the driver's

@@ -30,13 +30,12 @@ class PartFailed(HelperFailed):
 
 
 def unsupported(scen) -> str | None:
-    """What a fabric over several machines cannot do yet (None: nothing): the helpers that need every switch at
-    once (subnet manager, WCMP controller) and Soft-RoCE; each named with why in one line.
-    (Credits cross the cut in credit frames: control/credits.py; failures are scheduled on every machine and
-    the routing agents flood link state: control/routing.py.)"""
+    """What a fabric over several machines cannot do yet (None: nothing): the WCMP controller (it reads every
+    switch at once) and Soft-RoCE; each named with why in one line. (Credits cross the cut in credit frames:
+    control/credits.py; failures are scheduled on every machine, the routing agents flood link state and the
+    subnet manager sends the other machines their tables: control/routing.py.)"""
     sw, tr = scen.switch, scen.traffic
-    checks = [(sw.routing == "sm", "switch.routing: sm (the subnet manager programs every switch at once)"),
-              (sw.load_balancing == "wcmp" and sw.wcmp.source != "static",
+    checks = [(sw.load_balancing == "wcmp" and sw.wcmp.source != "static",
                f"switch.wcmp.source: {sw.wcmp.source} (the WCMP controller reads every switch)"),
               (tr.engine == "rxe", "traffic.engine: rxe (the driver runs perftest in every host's namespace itself; "
                                    "they are on other machines)")]
@@ -234,22 +233,27 @@ def _write_pcaps(outdir: Path, finals) -> list[str]:
 
 def _merge_routing(finals: dict[int, dict], used) -> tuple[dict, dict]:
     """The routing agents' and failure schedulers' results of every machine as one run's: each agent's change
-    records (failures.csv takes the first agent to see a change and the last to reroute), and per event the
-    earliest of the machines that changed something for it, until the last of them was done."""
+    records (failures.csv takes the first agent to see a change and the last to reroute; under SM routing the
+    SM's, whose sweeps program every machine), and per event the earliest of the machines that changed something
+    for it, until the last of them was done."""
     rts = {i: f["routing"] for i, f in finals.items() if f.get("routing")}
     rt: dict = {}
     if rts:
         tag = {i: used[i].name for i in rts}
-        rt = {"mode": "distributed", "engine": None, "sweep_interval_s": None, "sweeps": 0, "late_sweeps": 0,
-              "sweep_s": None,
-              "changes": sorted((dict(c, machine=tag[i]) for i, r in rts.items() for c in r["changes"]),
-                                key=lambda c: c["t_detect"]),
-              "agents": [r["changes"] for r in rts.values()],
-              "local": sorted((dict(e, machine=tag[i]) for i, r in rts.items() for e in r["local"]),
-                              key=lambda e: e["t"]),
-              "errors": [f"{tag[i]}: {e}" for i, r in rts.items() for e in r["errors"]]}
-        for k in ("changes_dropped", "error_count", "entries", "floods_sent", "floods_taken"):
+        sm = next((r for r in rts.values() if r.get("role") == "subnet manager"), None)
+        rt = dict(sm) if sm is not None else {"mode": "distributed", "engine": None, "sweep_interval_s": None,
+                                              "sweeps": 0, "late_sweeps": 0, "sweep_s": None}
+        deciding = {i: r for i, r in rts.items() if sm is None or r is sm}
+        rt.update({"changes": sorted((dict(c, machine=tag[i]) for i, r in deciding.items() for c in r["changes"]),
+                                     key=lambda c: c["t_detect"]),
+                   "agents": [r["changes"] for r in deciding.values()],
+                   "local": sorted((dict(e, machine=tag[i]) for i, r in rts.items() for e in r["local"]),
+                                   key=lambda e: e["t"]),
+                   "errors": [f"{tag[i]}: {e}" for i, r in rts.items() for e in r["errors"]]})
+        for k in ("changes_dropped", "error_count", "floods_sent", "floods_taken"):
             rt[k] = sum(r.get(k, 0) for r in rts.values())
+        if sm is None:
+            rt["entries"] = sum(r.get("entries", 0) for r in rts.values())
     fss = {i: f["scheduler"] for i, f in finals.items() if f.get("scheduler")}
     fs: dict = {}
     if fss:
@@ -360,9 +364,9 @@ class ClusterLab:
                     self.docker = self.docker or {"hosts": {}, "notes": []}
                     self.docker["hosts"].update(b["docker"]["hosts"])
                     self.docker["notes"] += [n for n in b["docker"]["notes"] if n not in self.docker["notes"]]
-            flood = [b["routing"] for b in builds]
-            if all(flood) and len(flood) > 1:        # the link-state watchers learn of each other's links
-                parts.all("routing_peers", each=lambda i: ([e for j, e in enumerate(flood) if j != i],))
+            agents = [b["routing"] for b in builds]
+            if all(agents) and len(agents) > 1:      # the routing agents learn of each other (the first: the SM)
+                parts.all("routing_peers", each=lambda i: ([e for j, e in enumerate(agents) if j != i], i == 0))
         except BaseException:
             self.close()
             raise
@@ -558,7 +562,7 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
                                  origin)
     row = report.write_run(outdir, manifest, rows, runner._flow_rows(topo, traffic, used_paths, scen.packet_size),
                            cpu, meta, collectives=traffic.collectives, int_rows=int_rows, cc=runner._cc_rows(traffic),
-                           failures=fail_rows)
+                           failures=fail_rows, sm=runner._sm_rows(topo, lab, origin))
     if failures:
         raise runner.RunFailed(f"{failures[0]} (results collected so far: {outdir})", outdir)
     return outdir, row

@@ -26,6 +26,10 @@ flood link state to each other over the underlay, as a link-state routing protoc
 change, and every FLOOD_REFRESH_S without one, an agent sends its peers (UDP) the full set of its ports that are
 down, with a sequence number — absolute, so a lost datagram is repaired by the next one. A peer's ports enter the view (not ``port_down``: they are
 another machine's) and every agent computes the reroute over the whole fabric, writing its own switches' entries.
+Under SM routing one agent (the first machine's) is the subnet manager; the others are its agents on their
+machines, as an InfiniBand switch's SMA: they watch and flood their ports, and write the tables the SM sends them
+(TCP on the underlay, one JSON line per sweep, acknowledged). The SM's sweep reads its own switches and the
+latest state the others flooded; a sweep's tables are held once every machine has acknowledged its entries.
 
 Everything it did is reported when it ends: every carrier change it saw (``local``), every reroute or sweep that
 changed something (``changes``: when it saw the change, compute and install times, entries written), sweep
@@ -55,6 +59,7 @@ IFF_UP, IFF_LOWER_UP = 0x1, 0x10000
 WATCH_POLL_S = 0.05                  # the longest the agent sleeps between checks for SIGTERM
 FLOOD_REFRESH_S = 1.0                # over several machines: link state is flooded again this often unchanged
 MAX_CHANGES = 500                    # change records kept (a flapping link must not grow the results unbounded)
+TABLES_TIMEOUT_S = 30.0              # the SM waits this long for another machine to acknowledge its tables
 
 
 class RoutingAgentFailed(HelperFailed):
@@ -106,26 +111,32 @@ def _delete(t, sid: int, addr: int, plen: int) -> None:
     del t[k]
 
 
+def table_diff(old: engines.Tables, new: engines.Tables) -> tuple[dict, set]:
+    """What brings the SM tables ``old`` to ``new``: the (switch, destination) entries to write (their ports
+    differ or are new) and those to delete."""
+    return {k: p for k, p in new.items() if old.get(k) != p}, old.keys() - new.keys()
+
+
+def apply_tables(bpf, topo, puts: dict, dels, max_nh: int = 16, switches: set | None = None) -> int:
+    """Write ``puts`` ((switch, destination) → ports, a /32 each) and delete ``dels`` in the FIB. Returns the
+    entries written or deleted; ``switches`` (if given) collects the switches that got any."""
+    t = bpf[b"fib"]
+    ids = topo.switch_ids
+    for (sw, addr), ports in puts.items():
+        _put(t, topo, ids[sw], _u32(addr), 32, ports, max_nh)
+    for sw, addr in dels:
+        _delete(t, ids[sw], _u32(addr), 32)
+    if switches is not None:
+        switches.update(sw for sw, _ in list(puts) + list(dels))
+    return len(puts) + len(dels)
+
+
 def write_tables(bpf, topo, old: engines.Tables, new: engines.Tables, max_nh: int = 16,
                  switches: set | None = None) -> int:
     """Bring the FIB from the SM tables ``old`` to ``new``: write every (switch, destination) /32 whose ports
     differ, delete those ``new`` no longer has. Returns the entries written or deleted; ``switches`` (if given)
     collects the switches that got any."""
-    t = bpf[b"fib"]
-    ids = topo.switch_ids
-    n = 0
-    for key, ports in new.items():
-        if old.get(key) != ports:
-            _put(t, topo, ids[key[0]], _u32(key[1]), 32, ports, max_nh)
-            n += 1
-            if switches is not None:
-                switches.add(key[0])
-    for key in old.keys() - new.keys():
-        _delete(t, ids[key[0]], _u32(key[1]), 32)
-        n += 1
-        if switches is not None:
-            switches.add(key[0])
-    return n
+    return apply_tables(bpf, topo, *table_diff(old, new), max_nh, switches)
 
 
 class Distributed:
@@ -180,7 +191,8 @@ class Distributed:
 
 class RoutingAgent(ForkedHelper):
     """The parent's side (control/helper.py): ``start()`` once the datapath is loaded and attached — returns
-    when the watcher has read every port and, under SM routing, the SM has programmed every switch."""
+    when the watcher has read every port and, under SM routing, the SM has programmed every switch (over several
+    machines: ``set_peers`` returns then)."""
 
     failure = RoutingAgentFailed
 
@@ -195,12 +207,30 @@ class RoutingAgent(ForkedHelper):
         self.flood_address = flood_address
         self.flood = None                        # the UDP socket peers send their link state to (the agent's)
         self.flood_endpoint: tuple[str, int] | None = None
+        self.tables = None                       # SM over several machines: where the SM sends this one's tables
+        self.tables_endpoint: tuple[str, int] | None = None
         self._peers_w = None                     # the pipe the parent hands the peers' endpoints through
+        self._done_r = None                      # … and the one the SM says through that it programmed them all
 
-    def set_peers(self, endpoints: list) -> None:
-        """The other machines' agents (their ``flood_endpoint``): from now on every change is flooded to them,
-        starting with the ports already down."""
-        os.write(self._peers_w, (json.dumps([list(e) for e in endpoints]) + "\n").encode())
+    @property
+    def endpoints(self) -> dict | None:
+        """Where the other machines' agents reach this one (None on one machine)."""
+        if self.flood_endpoint is None:
+            return None
+        return {"flood": self.flood_endpoint, "tables": self.tables_endpoint,
+                "switches": list(self.topo.switches)}
+
+    def set_peers(self, peers: list[dict], master: bool) -> None:
+        """The other machines' agents (their ``endpoints``): from now on every change is flooded to them,
+        starting with the ports already down. Under SM routing ``master`` makes this agent the subnet manager;
+        it returns once the SM has programmed every machine's switches."""
+        os.write(self._peers_w, (json.dumps({"peers": peers, "master": master}) + "\n").encode())
+        if not (self.sm and master):
+            return
+        if not wait_readable([self._done_r], TABLES_TIMEOUT_S) or os.read(self._done_r, 1) != b"1":
+            self.check()
+            raise self.failure(f"{self.label}: the other machines' switches were not programmed within "
+                               f"{TABLES_TIMEOUT_S:g} s")
 
     def _prepare(self) -> None:
         def sockets():
@@ -223,39 +253,57 @@ class RoutingAgent(ForkedHelper):
             self.flood.bind((self.flood_address, 0))
             self.flood.setblocking(False)
             self.flood_endpoint = self.flood.getsockname()
+            if self.sm:
+                self.tables = socket.create_server((self.flood_address, 0))
+                self.tables_endpoint = self.tables.getsockname()
 
     def start(self) -> None:
         self._prepare()
         bpf = self.dp.bpf
         peers_r, self._peers_w = os.pipe()
+        self._done_r, done_w = os.pipe()
 
         def close_sockets():
             os.close(peers_r)
+            os.close(done_w)
             for d in (self.ev, self.dump):
                 for s in d.values():
                     s.close()
-            if self.flood is not None:           # the agent's now: the parent keeps its address
-                self.flood.close()
+            for s in (self.flood, self.tables):  # the agent's now: the parent keeps their addresses
+                if s is not None:
+                    s.close()
         name = f"ftb-{self.fabric.lab}-{'sm' if self.sm else 'lsw'}"
         try:
-            self._fork(lambda wfd, ready: _Agent(self, bpf, wfd, ready, peers_r).run(), name,
+            self._fork(lambda wfd, ready: _Agent(self, bpf, wfd, ready, peers_r, done_w).run(), name,
                        after_fork=close_sockets)
         except BaseException:
-            os.close(self._peers_w)
-            self._peers_w = None
+            self._close_pipes()
             raise
 
+    def _close_pipes(self) -> None:
+        for attr in ("_peers_w", "_done_r"):
+            fd = getattr(self, attr)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, attr, None)
+
     def stop(self) -> dict:
-        if self._peers_w is not None:
-            os.close(self._peers_w)
-            self._peers_w = None
+        self._close_pipes()
         return super().stop()
 
 
 class _Agent:
-    def __init__(self, owner: RoutingAgent, bpf, wfd: int, ready, peers_r: int):
-        self.o, self.bpf, self.wfd, self.ready, self.peers_r = owner, bpf, wfd, ready, peers_r
-        self.topo, self.sm = owner.topo, owner.sm
+    def __init__(self, owner: RoutingAgent, bpf, wfd: int, ready, peers_r: int, done_w: int):
+        self.o, self.bpf, self.wfd, self.ready, self.peers_r, self.done_w = owner, bpf, wfd, ready, peers_r, done_w
+        self.topo, self.sm, self.whole = owner.topo, owner.sm, owner.whole
+        # one machine: this agent is the SM; over several the parent says which one is (set_peers)
+        self.master: bool | None = True if owner.flood is None else None
+        self.remote_ports = [p.ifindex for sw in self.whole.switches if sw not in self.topo.nodes
+                             for p in self.whole.ports[sw]]
+        self.smas: list[tuple[tuple[str, int], set]] = []   # the SM's: each other machine's (tables, switches)
+        self.sma_files: dict[tuple, object] = {}            # … its connection to each
+        self.serving: dict[int, tuple] = {}                 # an SMA's: fd → (socket, file) of the SM's connection
+        self.remote_entries = self.tables_taken = 0
         self.max_nh = owner.dp.max_nh
         self.port_down = bpf[b"port_down"]
         self.switch_of = {p.ifindex: sw for sw in self.topo.switches for p in self.topo.ports[sw]}
@@ -301,7 +349,13 @@ class _Agent:
         state = {}
         for sw in self.topo.switches:
             state.update(self._dump(sw))
+        if self.smas:                              # the SM over several machines: what the others flooded
+            state.update(self._remote_state())
         return state
+
+    def _remote_state(self) -> dict[int, bool]:
+        down = set().union(*self.peer_down.values())
+        return {i: i not in down for i in self.remote_ports}
 
     def _events(self, fd: int) -> list[tuple[int, bool]]:
         s = self.o.ev[self.sock_sw[fd]]
@@ -338,7 +392,16 @@ class _Agent:
         if not data:                               # the parent closed the pipe (it is stopping us)
             self.fds.remove(self.peers_r)
             return
-        self.peers = [tuple(e) for e in json.loads(data.decode().splitlines()[-1])]
+        msg = json.loads(data.decode().splitlines()[-1])
+        self.peers = [tuple(p["flood"]) for p in msg["peers"]]
+        if self.sm:
+            self.master = msg["master"]
+            if self.master:                        # the subnet manager: program every machine's switches now
+                self.smas = [(tuple(p["tables"]), set(p["switches"])) for p in msg["peers"]]
+                now = time.time()
+                self.state.update(self._remote_state())
+                self._route(self.state, now, sorted(self.state.items()), "initial")
+                os.write(self.done_w, b"1")
         self._flood()
 
     def _flood(self) -> None:
@@ -378,6 +441,58 @@ class _Agent:
                     self.last_event[i] = t
                     changed.append((i, up))
 
+    # ---- the SM's tables over several machines
+
+    def _send_tables(self, endpoint: tuple, puts: dict, dels: list, switches: set, initial: bool) -> int:
+        """Send another machine's agent its switches' entries and wait for its acknowledgement; returns the
+        entries it wrote. A machine that cannot be reached fails the initial programming (the run cannot go on
+        without routes) and is an error of the sweep afterwards."""
+        if not puts and not dels:
+            return 0
+        msg = {"put": [[sw, addr, list(p)] for (sw, addr), p in puts.items()], "del": [list(k) for k in dels]}
+        try:
+            f = self.sma_files.get(endpoint)
+            if f is None:
+                conn = socket.create_connection(endpoint, timeout=TABLES_TIMEOUT_S)
+                f = self.sma_files[endpoint] = conn.makefile("rwb")
+            f.write(json.dumps(msg).encode() + b"\n")
+            f.flush()
+            reply = json.loads(f.readline() or b"null")
+            if reply is None or "entries" not in reply:
+                raise OSError(f"no acknowledgement ({reply and reply.get('error')})")
+        except (OSError, ValueError) as e:
+            if initial:
+                raise RuntimeError(f"programming the switches of {endpoint[0]}: {e}") from None
+            self.errors.append(f"tables to {endpoint[0]}:{endpoint[1]}: {e}")
+            self.sma_files.pop(endpoint, None)
+            return 0
+        self.remote_entries += reply["entries"]
+        switches.update(sw for sw, _ in list(puts) + list(dels))
+        return reply["entries"]
+
+    def _serve_tables(self, fd: int) -> None:
+        """An SMA: accept the SM's connection, or write the tables it sent and acknowledge them."""
+        if fd == self.o.tables.fileno():
+            conn, _ = self.o.tables.accept()
+            conn.settimeout(TABLES_TIMEOUT_S)
+            self.serving[conn.fileno()] = (conn, conn.makefile("rwb"))
+            self.fds.append(conn.fileno())
+            return
+        conn, f = self.serving[fd]
+        line = f.readline()
+        if not line:                               # the SM closed it
+            self.fds.remove(fd)
+            del self.serving[fd]
+            f.close()
+            conn.close()
+            return
+        msg = json.loads(line)
+        n = apply_tables(self.bpf, self.whole, {(sw, addr): tuple(p) for sw, addr, p in msg["put"]},
+                         [tuple(k) for k in msg["del"]], self.max_nh)
+        self.tables_taken += n
+        f.write(json.dumps({"entries": n}).encode() + b"\n")
+        f.flush()
+
     # ---- routing
 
     def _down(self, view: dict[int, bool]) -> frozenset:
@@ -388,7 +503,7 @@ class _Agent:
         t0 = time.perf_counter()
         down = self._down(view)
         if self.sm:
-            new = engines.compute(self.engine, engines.graph(self.topo, down), multipath=self.multipath,
+            new = engines.compute(self.engine, engines.graph(self.whole, down), multipath=self.multipath,
                                   prev=self.tables or None)
         else:
             new = self.dist.overrides(down)
@@ -396,7 +511,13 @@ class _Agent:
         switches: set = set()
         w0 = time.time()
         if self.sm:
-            entries = write_tables(self.bpf, self.topo, self.tables, new, self.max_nh, switches)
+            puts, dels = table_diff(self.tables, new)
+            local = self.topo.nodes
+            entries = apply_tables(self.bpf, self.whole, {k: p for k, p in puts.items() if k[0] in local},
+                                   [k for k in dels if k[0] in local], self.max_nh, switches)
+            for endpoint, theirs in self.smas:
+                entries += self._send_tables(endpoint, {k: p for k, p in puts.items() if k[0] in theirs},
+                                             [k for k in dels if k[0] in theirs], switches, kind == "initial")
             self.tables = new
         else:
             entries = self.dist.write(self.bpf, self.overrides, new, self.max_nh, switches)
@@ -442,15 +563,19 @@ class _Agent:
             self.state[i] = up
             self._mark(i, up)
             self.last_event[i] = now
-        self._route(self.state, now, sorted(self.state.items()), "initial")
+        if self.master or not self.sm:           # (the SM over several machines: once it knows the others)
+            self._route(self.state, now, sorted(self.state.items()), "initial")
         self.ready()
         self.fds = fds = list(self.sock_sw) + [self.peers_r]
         flood_fd = self.o.flood.fileno() if self.o.flood is not None else None
         if flood_fd is not None:
             fds.append(flood_fd)
+        if self.o.tables is not None:
+            fds.append(self.o.tables.fileno())
         next_sweep = time.monotonic() + self.interval
         while not self.stop:
-            timeout = min(WATCH_POLL_S, max(0.0, next_sweep - time.monotonic())) if self.sm else WATCH_POLL_S
+            sweeping = self.sm and self.master
+            timeout = min(WATCH_POLL_S, max(0.0, next_sweep - time.monotonic())) if sweeping else WATCH_POLL_S
             try:
                 readable = wait_readable(fds, timeout)
             except InterruptedError:
@@ -458,15 +583,19 @@ class _Agent:
             t = time.time()
             if self.peers_r in readable:
                 self._take_peers()
+                next_sweep = time.monotonic() + self.interval    # the SM's sweeps count from its programming
             changed = self._take_events([fd for fd in readable if fd in self.sock_sw], t)
             if changed or (self.peers and time.monotonic() - self.flooded_at >= FLOOD_REFRESH_S):
                 self._flood()
             if flood_fd in readable:
                 changed += self._take_floods(t)
+            for fd in readable:
+                if fd in self.serving or (self.o.tables is not None and fd == self.o.tables.fileno()):
+                    self._serve_tables(fd)
             if changed and not self.sm:
                 # the routing protocol's part: everything else stops using what the failure cut off
                 self._route(self.state, t, changed, "reroute")
-            if self.sm and time.monotonic() >= next_sweep:
+            if self.sm and self.master and time.monotonic() >= next_sweep:
                 self._sweep()
                 next_sweep += self.interval
                 if next_sweep < time.monotonic():
@@ -478,6 +607,8 @@ class _Agent:
             "late_sweeps": self.late_sweeps, "sweep_s": _stats(self.sweep_s), "local": self.local[:MAX_CHANGES],
             "changes": self.changes, "changes_dropped": self.changes_dropped, "errors": self.errors[:20],
             "error_count": len(self.errors), "entries": len(self.tables) if self.sm else len(self.overrides),
+            "role": ("subnet manager" if self.master else "sm agent") if self.sm else "watcher",
+            "remote_entries": self.remote_entries, "tables_taken": self.tables_taken,
             "floods_sent": self.floods_sent, "floods_taken": self.floods_taken})
 
     def _term(self, *_):
