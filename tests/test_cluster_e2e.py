@@ -392,6 +392,25 @@ def _lab_owned_by(machine: str) -> str | None:
     return next((st["name"] for st in all_labs() if st.get("pid") in pids), None)
 
 
+PKT_RATE = 4_000_000 / 8 / 1500              # link-failure.yaml: each flow's 4 Mbit/s in 1,500-byte packets
+
+
+def _link_failure(tmp_path, name: str, assign: str, *sets: str):
+    """link-failure.yaml over both machines as ``assign`` places its switches: (failures.csv, flows.csv, the
+    manifest's routing), the reaction printed."""
+    import pandas as pd
+    res, out = _run(tmp_path, name, "scenarios/link-failure.yaml", "--cluster", "auto", "--set",
+                    "placement.strategy=manual", "--set", f"placement.assign={assign}", *sets)
+    assert res.returncode == 0, res.stderr
+    fail, flows = pd.read_csv(out / "failures.csv"), pd.read_csv(out / "flows.csv")
+    routing = json.loads((out / "manifest.json").read_text())["routing"]
+    print(f"\n[{name} across machines] detected_ms {[round(x * 1e3, 2) for x in fail['detected_s']]} "
+          f"rerouted_ms {[round(x * 1e3, 2) for x in fail['rerouted_s']]} lost {list(fail['lost_packets'])}; "
+          f"floods taken {routing['floods_taken']}, entries sent to other machines {routing.get('remote_entries')}; "
+          f"flows lost {flows['lost'].tolist()}")
+    return out, fail, flows, routing
+
+
 def test_a_link_failure_on_one_machine_reroutes_the_other_through_flooded_link_state(cluster, tmp_path):
     """link-failure (leaf0–spine1 down at 1 s, up at 2 s) with leaf0, spine0 and spine1 on m0, leaf1 and the
     other spines on m1, flows sprayed over every spine. The failed link is all on m0: leaf1's switch on m1 hears
@@ -399,25 +418,16 @@ def test_a_link_failure_on_one_machine_reroutes_the_other_through_flooded_link_s
     to spine1 for leaf0 is lost (spine1 withdrew leaf0); had it never heard, those flows would lose a quarter
     of their packets for a second. Every event is detected and rerouted on both machines within milliseconds,
     and each flow loses at most what it sent into the dead path meanwhile."""
-    import pandas as pd
-    res, out = _run(tmp_path, "fail", "scenarios/link-failure.yaml", "--cluster", "auto",
-                    "--set", "placement.strategy=manual", "--set", "switch.load_balancing=spray",
-                    "--set", "placement.assign={leaf0: 0, spine0: 0, spine1: 0, leaf1: 1, spine2: 1, spine3: 1}")
-    assert res.returncode == 0, res.stderr
-    fail, flows = pd.read_csv(out / "failures.csv"), pd.read_csv(out / "flows.csv")
-    routing = json.loads((out / "manifest.json").read_text())["routing"]
-    print(f"\n[failure across machines] detected_ms {[round(x * 1e3, 2) for x in fail['detected_s']]} "
-          f"rerouted_ms {[round(x * 1e3, 2) for x in fail['rerouted_s']]} lost {list(fail['lost_packets'])}; "
-          f"floods sent {routing['floods_sent']}, taken {routing['floods_taken']}; flows lost "
-          f"{flows['lost'].tolist()}")
+    _, fail, flows, routing = _link_failure(tmp_path, "distributed",
+                                            "{leaf0: 0, spine0: 0, spine1: 0, leaf1: 1, spine2: 1, spine3: 1}",
+                                            "--set", "switch.load_balancing=spray")
     assert len(fail) == 2 and fail["time_s"].notna().all()
     assert routing["floods_taken"] >= 2                      # m1 heard of the link going down and coming up
     assert {c["machine"] for c in routing["changes"] if c["kind"] == "reroute"} == {"m0", "m1"}
     assert fail["detected_s"].notna().all() and (fail["rerouted_s"] < 0.05).all(), fail["rerouted_s"].tolist()
-    pkt_rate = 4_000_000 / 8 / 1500
     down = fail[fail["change"] == "down"].iloc[0]
-    assert down["lost_packets"] <= 8 * pkt_rate * down["rerouted_s"] + 16, down.to_dict()
-    assert (flows["lost"] <= pkt_rate * down["rerouted_s"] + 8).all(), flows["lost"].tolist()
+    assert down["lost_packets"] <= 8 * PKT_RATE * down["rerouted_s"] + 16, down.to_dict()
+    assert (flows["lost"] <= PKT_RATE * down["rerouted_s"] + 8).all(), flows["lost"].tolist()
     assert flows["lost"].sum() == fail["lost_packets"].sum()
 
 
@@ -428,25 +438,17 @@ def test_the_subnet_manager_on_one_machine_programs_and_reroutes_the_other(clust
     flooding at its next sweep, and sends m1 its new tables. Each event is rerouted within a sweep interval (plus
     the exchange), and the flows lose only what they sent into the dead port meanwhile."""
     import pandas as pd
-    res, out = _run(tmp_path, "sm", "scenarios/link-failure.yaml", "--cluster", "auto",
-                    "--set", "switch.routing=sm", "--set", "placement.strategy=manual",
-                    "--set", "placement.assign={leaf0: 1, spine1: 1, leaf1: 0, spine0: 0, spine2: 0, spine3: 0}")
-    assert res.returncode == 0, res.stderr
-    fail, flows = pd.read_csv(out / "failures.csv"), pd.read_csv(out / "flows.csv")
-    routing = json.loads((out / "manifest.json").read_text())["routing"]
+    out, fail, flows, routing = _link_failure(tmp_path, "sm",
+                                              "{leaf0: 1, spine1: 1, leaf1: 0, spine0: 0, spine2: 0, spine3: 0}",
+                                              "--set", "switch.routing=sm")
     sm = pd.read_csv(out / "sm.csv")
-    print(f"\n[SM across machines] detected_ms {[round(x * 1e3, 2) for x in fail['detected_s']]} "
-          f"rerouted_ms {[round(x * 1e3, 2) for x in fail['rerouted_s']]} lost {list(fail['lost_packets'])}; "
-          f"entries sent to m1 {routing['remote_entries']}; sweeps {routing['sweeps']}; flows lost "
-          f"{flows['lost'].tolist()}")
     assert routing["mode"] == "sm" and routing["remote_entries"] > 0
     assert list(sm["kind"]) == ["initial", "sweep", "sweep"]
     assert len(fail) == 2 and fail["detected_s"].notna().all() and fail["rerouted_s"].notna().all()
     assert (fail["rerouted_s"] < 0.010 + 0.05).all(), fail["rerouted_s"].tolist()
-    pkt_rate = 4_000_000 / 8 / 1500
     down = fail[fail["change"] == "down"].iloc[0]
-    assert down["lost_packets"] <= 8 * pkt_rate * down["rerouted_s"] + 8, down.to_dict()
-    assert (flows["lost"] <= 1.2 * pkt_rate * down["rerouted_s"] + 4).all(), flows["lost"].tolist()
+    assert down["lost_packets"] <= 8 * PKT_RATE * down["rerouted_s"] + 8, down.to_dict()
+    assert (flows["lost"] <= 1.2 * PKT_RATE * down["rerouted_s"] + 4).all(), flows["lost"].tolist()
     assert (flows["goodput_mbps"] > 0.9 * 4.0).all(), flows["goodput_mbps"].tolist()
 
 
