@@ -148,18 +148,25 @@ def up(scenario, name, sets, metrics, cluster):
     from .lab import Lab, reap_stale
     scen = _load(scenario, sets)
     if cluster:
-        if metrics:
-            raise UserError("--metrics with `up --cluster` is not available yet (its endpoint would need a process "
-                            "outliving this command); `testbed run --cluster ADDRESS --metrics HOST:PORT` serves a "
-                            "split fabric's metrics")
         from .cluster.run import ClusterLab
+        if metrics:
+            from .telemetry.live import parse_address
+            parse_address(metrics)               # a malformed address: one line before anything is built
         name = name or (re.sub(r"[^a-z0-9]", "", scen.name.lower())[:8] or "lab")
         if len(name) > 10:
             raise UserError(f"--name {name!r}: with --cluster at most 10 characters (parts are {name}m0, …)")
         cl = ClusterLab(scen, cluster, log=_echo, name=name).__enter__()
+        if metrics:
+            try:
+                cl.serve_metrics(metrics)
+            except BaseException:
+                cl.close()
+                raise
         click.echo(f"lab '{name}' is up over {len(cl.used)} machine(s): parts "
                    + ", ".join(f"{lab} on {m.name}" for lab, m in zip(cl.labs, cl.used))
                    + f"; `testbed down {name} --cluster {cluster}` removes it")
+        if metrics:
+            click.echo(f"metrics: http://{metrics}/metrics (every machine's, fetched at each scrape)")
         return
     _need_root("up")
     name = name or (re.sub(r"[^a-z0-9]", "", scen.name.lower())[:12] or "lab")

@@ -476,6 +476,34 @@ def test_run_over_two_machines_serves_both_machines_metrics_at_one_endpoint(clus
     assert m["metrics"]["scrapes"] >= len(served) and m["metrics"]["missed"] == {"m0": 0, "m1": 0}
 
 
+def test_up_over_the_cluster_serves_metrics_until_down(cluster):
+    """`testbed up --cluster --metrics`: the endpoint outlives the command (a detached actor on the driver's
+    machine) and serves both machines' switches; `testbed down --cluster` ends it with the parts."""
+    from conftest import free_port, scrape, wait_for
+    address = f"127.0.0.1:{free_port()}"
+    res = cli("up", "scenarios/default.yaml", "--cluster", "auto", "--name", "cmet", "--metrics", address,
+              "--set", "placement.partitions=2", "--set", "topology.spines=2", "--set", "topology.hosts_per_leaf=2")
+    try:
+        assert res.returncode == 0, res.stderr
+        assert f"metrics: http://{address}/metrics" in res.stdout
+        got = scrape(address)
+        up = {dict(ls)["machine"]: v for (n, ls), v in got.items() if n == "ftb_machine_up"}
+        switches = {dict(ls)["switch"] for (n, ls), _ in got.items() if n == "ftb_port_tx_bytes_total"}
+        assert up == {"m0": 1.0, "m1": 1.0} and switches == {"leaf0", "leaf1", "spine0", "spine1"}
+        assert {dict(ls)["lab"] for (n, ls), _ in got.items()} == {"cmet"}
+    finally:
+        down = cli("down", "cmet", "--cluster", "auto")
+    assert down.returncode == 0, down.stderr
+
+    def refused() -> bool:
+        try:
+            scrape(address)
+        except OSError:
+            return True
+        return False
+    assert wait_for(refused, timeout=10.0)
+
+
 def test_container_hosts_on_both_machines_carry_a_permutation_and_are_removed(cluster, tmp_path):
     """hosts.docker over 2 machines: each machine's part starts its own hosts' containers (named after its part's
     lab) and runs their traffic agents inside them (the agents' mount and network namespaces are their

@@ -195,12 +195,12 @@ def test_routing_and_failure_results_of_two_machines_merge_into_one_runs():
     assert e1["applied"] == 11.0002 and e1["took_s"] == pytest.approx(0.001) and e1["requests"] == 2
 
 
-def test_up_over_the_cluster_refuses_metrics_in_one_line():
+def test_up_over_the_cluster_refuses_a_malformed_metrics_address_before_joining_it():
     from conftest import run_cli
-    res = run_cli("up", "scenarios/default.yaml", "--cluster", "auto", "--metrics", "127.0.0.1:9464")
+    res = run_cli("up", "scenarios/default.yaml", "--cluster", "auto", "--metrics", "localhost:x")
     assert res.returncode != 0 and "Traceback" not in res.stderr
     (line,) = res.stderr.strip().splitlines()
-    assert "--metrics with `up --cluster` is not available yet" in line
+    assert line.startswith("error: --metrics 'localhost:x': expected HOST:PORT"), line
 
 
 def test_under_sm_routing_the_runs_routing_is_the_subnet_managers():

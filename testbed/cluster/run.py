@@ -381,6 +381,32 @@ class ClusterLab:
         parts, self.parts = self.parts, None
         return parts.close(self.log) if parts is not None else []
 
+    def serve_metrics(self, address: str) -> None:
+        """``testbed up --cluster --metrics``: every part's exporter, and the federating endpoint at ``address``
+        in a detached actor on this (the driver's) machine — it outlives the command; ``down`` ends it."""
+        from ray.exceptions import RayError
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from ..telemetry.live import MetricsFailed
+        from .part import underlay_of
+        # the Ray node of this network namespace (the driver may be attached to another machine's raylet: on the
+        # local cluster, the head's in ftb-m0), where HOST:PORT means what the user meant
+        node = next((n["NodeID"] for n in self.ray.nodes()
+                     if n.get("Alive") and underlay_of(n["NodeManagerAddress"])[0] is not None), None)
+        if node is None:
+            raise MetricsFailed("metrics: no Ray node runs on this machine to hold the endpoint (`ray start "
+                                "--address …` here first)")
+        endpoints = self.parts.all("metrics_start")
+        here = NodeAffinitySchedulingStrategy(node, soft=False)
+        actor = self.ray.remote(Federation).options(name=f"ftb-{self.name}-met", lifetime="detached", num_cpus=0,
+                                                     max_restarts=0, scheduling_strategy=here).remote()
+        try:
+            self.ray.get(actor.serve.remote(self.name, address,
+                                            {m.name: tuple(e) for m, e in zip(self.used, endpoints)}))
+        except RayError as e:
+            self.ray.kill(actor)
+            raise MetricsFailed(_line(e)) from None
+
     def __exit__(self, *exc) -> None:
         for p in self.close():
             self.log(f"warning: {p}")
@@ -395,6 +421,21 @@ class ClusterLab:
                 "partition": {n: used[m].name for n, m in part.of.items()},
                 "cut_links": [dict(c.as_dict(), a_machine=used[c.a_machine].name, b_machine=used[c.b_machine].name)
                               for c in part.cut]}
+
+
+class Federation:
+    """The Ray actor holding a ``testbed up --cluster`` lab's metrics endpoint (telemetry/live.py)."""
+
+    def __init__(self):
+        self.fed = None
+
+    def serve(self, lab: str, address: str, machines: dict) -> None:
+        from ..telemetry.live import FabricFederation
+        self.fed = FabricFederation(lab, address)
+        self.fed.serve(machines)
+
+    def close(self) -> dict:
+        return self.fed.close() if self.fed is not None else {}
 
 
 def down(name: str, address: str, log: Callable[[str], None] = lambda s: None) -> int:
@@ -414,6 +455,16 @@ def down(name: str, address: str, log: Callable[[str], None] = lambda s: None) -
             log(f"warning: part {name}m{i}: {_line(e)}; `testbed clean` on its machine removes it")
         ray.kill(actor)
         n += 1
+    try:                                          # its metrics endpoint (`up --cluster --metrics`), if any
+        fed = ray.get_actor(f"ftb-{name}-met")
+    except ValueError:
+        fed = None
+    if fed is not None:
+        try:
+            ray.get(fed.close.remote(), timeout=CLOSE_TIMEOUT_S)
+        except RayError as e:
+            log(f"warning: the metrics endpoint of '{name}': {_line(e)}")
+        ray.kill(fed)
     if not n:
         raise ClusterError(f"no lab '{name}' on the cluster at {address} (`testbed up --cluster` makes one)")
     return n
