@@ -381,6 +381,10 @@ class ClusterLab:
         parts, self.parts = self.parts, None
         return parts.close(self.log) if parts is not None else []
 
+    def metrics_start(self) -> dict[str, tuple[str, int]]:
+        """Every part's live metrics exporter, on its machine's underlay address: machine name → endpoint."""
+        return {m.name: tuple(e) for m, e in zip(self.used, self.parts.all("metrics_start"))}
+
     def serve_metrics(self, address: str) -> None:
         """``testbed up --cluster --metrics``: every part's exporter, and the federating endpoint at ``address``
         in a detached actor on this (the driver's) machine — it outlives the command; ``down`` ends it."""
@@ -396,13 +400,12 @@ class ClusterLab:
         if node is None:
             raise MetricsFailed("metrics: no Ray node runs on this machine to hold the endpoint (`ray start "
                                 "--address …` here first)")
-        endpoints = self.parts.all("metrics_start")
+        machines = self.metrics_start()
         here = NodeAffinitySchedulingStrategy(node, soft=False)
         actor = self.ray.remote(Federation).options(name=f"ftb-{self.name}-met", lifetime="detached", num_cpus=0,
                                                      max_restarts=0, scheduling_strategy=here).remote()
         try:
-            self.ray.get(actor.serve.remote(self.name, address,
-                                            {m.name: tuple(e) for m, e in zip(self.used, endpoints)}))
+            self.ray.get(actor.serve.remote(self.name, address, machines))
         except RayError as e:
             self.ray.kill(actor)
             raise MetricsFailed(_line(e)) from None
@@ -491,7 +494,6 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
     if metrics is not None:                    # listens now: an address in use is refused before anything is built
         from ..telemetry.live import FabricFederation
         federation = FabricFederation(cl.name, metrics)
-    metrics_results: dict | None = None
     started = time.time()
     failures: list[str] = []
     traffic = runner.Traffic()
@@ -502,8 +504,7 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
             parts = cl.parts
             try:
                 if federation is not None:
-                    federation.serve({used[i].name: tuple(e)
-                                      for i, e in enumerate(parts.all("metrics_start"))})
+                    federation.serve(cl.metrics_start())
                     log(f"metrics: http://{metrics}/metrics (every machine's, fetched at each scrape)")
                 origin = time.time()
                 parts.all("start", origin)
@@ -528,7 +529,7 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
                 except (HelperFailed, WorkloadError) as e:
                     failures.append(str(e))
                 if federation is not None:         # before the parts end: a scrape then would find them gone
-                    metrics_results = federation.close()
+                    federation.close()
                 for i, a in enumerate(parts.actors):
                     if i in parts.dead:
                         continue
@@ -537,13 +538,12 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
                     except PartFailed as e:
                         failures.append(str(e))
             finally:
-                if federation is not None and metrics_results is None:
-                    metrics_results = federation.close()
+                if federation is not None:
+                    federation.close()
                 problems = cl.close()
-    except BaseException:
-        if federation is not None and metrics_results is None:     # the parts were never built
+    finally:
+        if federation is not None:                # also when the parts were never built
             federation.close()
-        raise
     for p in problems:
         if p not in failures:
             failures.append(p)
@@ -600,7 +600,7 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
     manifest["int"] = dict(int_stats, fabric_mtu=scen.fabric_mtu) if int_stats is not None else None
     manifest["cluster"] = cl.manifest_section()
     manifest["docker"] = cl.docker
-    manifest["metrics"] = metrics_results
+    manifest["metrics"] = federation.close() if federation is not None else None
     meta = {"run_id": run_id, "scenario": scen.name, "load_balancing": scen.switch.load_balancing,
             "seed": scen.seed, "duration_s": scen.duration / 1e9,
             "offered_mbps": workloads.offered_mbps(flows, scen.topology.host_link.rate, scen.duration / 1e9),

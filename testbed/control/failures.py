@@ -68,9 +68,9 @@ def upper_end(topo, a: str, b: str):
 def state_ports(topo, f, local) -> list:
     """The ports of ``local`` nodes whose administrative state an event sets: a link's upper end (its lower end
     loses carrier), or the switch's every port; where a link is cut (one end elsewhere) the local end too."""
-    links = [(a, b) for a, b in zip(*[iter(event_ports(topo, f))] * 2)]
+    ports = event_ports(topo, f)
     out = []
-    for a, b in links:
+    for a, b in zip(ports[::2], ports[1::2]):
         if a.node in local and b.node in local:
             out.append(upper_end(topo, a.node, b.node) if f.link else (a if a.node == f.node else b))
         elif a.node in local or b.node in local:
@@ -124,15 +124,12 @@ class FailureScheduler(ForkedHelper):
             self.plans.append((msgs, model))
         # link state: which interface each link/node event sets here
         self.ifaces = {}
-        self.cut = set()                 # those whose link is cut (the far end on another machine)
         for f in self.events:
             if f.state is None:
                 continue
             for p in state_ports(topo, f, self.local):
                 self.ifaces[p.ifindex] = p
                 nodes.add(p.node)
-                if p.peer_node not in self.local:
-                    self.cut.add(p.ifindex)
         self.nl = {n: netns.netlink_socket(self.fabric.ns[n]) for n in nodes}
 
     def start(self) -> None:
@@ -220,7 +217,8 @@ class _Scheduler:
     def _wanted(self, port) -> bool:
         """An interface is up unless its switch is down, or its link is down (it is the link's upper end or a cut
         link's local end), or it is a cut link's local end and the far switch is down."""
-        if port.node in self.down_nodes or (port.ifindex in self.o.cut and port.peer_node in self.down_nodes):
+        cut = port.peer_node not in self.o.local          # the far end is on another machine
+        if port.node in self.down_nodes or (cut and port.peer_node in self.down_nodes):
             return False
         return frozenset((port.node, port.peer_node)) not in self.down_links
 

@@ -117,6 +117,11 @@ def table_diff(old: engines.Tables, new: engines.Tables) -> tuple[dict, set]:
     return {k: p for k, p in new.items() if old.get(k) != p}, old.keys() - new.keys()
 
 
+def tables_of(puts: dict, dels, switches) -> tuple[dict, list]:
+    """The part of a table diff that concerns ``switches`` (one machine's)."""
+    return {k: p for k, p in puts.items() if k[0] in switches}, [k for k in dels if k[0] in switches]
+
+
 def apply_tables(bpf, topo, puts: dict, dels, max_nh: int = 16, switches: set | None = None) -> int:
     """Write ``puts`` ((switch, destination) → ports, a /32 each) and delete ``dels`` in the FIB. Returns the
     entries written or deleted; ``switches`` (if given) collects the switches that got any."""
@@ -467,7 +472,7 @@ class _Agent:
             self.sma_files.pop(endpoint, None)
             return 0
         self.remote_entries += reply["entries"]
-        switches.update(sw for sw, _ in list(puts) + list(dels))
+        switches.update(sw for sw, _ in list(puts) + list(dels))      # as apply_tables does for its own
         return reply["entries"]
 
     def _serve_tables(self, fd: int) -> None:
@@ -511,13 +516,11 @@ class _Agent:
         switches: set = set()
         w0 = time.time()
         if self.sm:
-            puts, dels = table_diff(self.tables, new)
-            local = self.topo.nodes
-            entries = apply_tables(self.bpf, self.whole, {k: p for k, p in puts.items() if k[0] in local},
-                                   [k for k in dels if k[0] in local], self.max_nh, switches)
+            diff = table_diff(self.tables, new)
+            entries = apply_tables(self.bpf, self.whole, *tables_of(*diff, self.topo.nodes), self.max_nh,
+                                   switches)
             for endpoint, theirs in self.smas:
-                entries += self._send_tables(endpoint, {k: p for k, p in puts.items() if k[0] in theirs},
-                                             [k for k in dels if k[0] in theirs], switches, kind == "initial")
+                entries += self._send_tables(endpoint, *tables_of(*diff, theirs), switches, kind == "initial")
             self.tables = new
         else:
             entries = self.dist.write(self.bpf, self.overrides, new, self.max_nh, switches)
@@ -595,7 +598,7 @@ class _Agent:
             if changed and not self.sm:
                 # the routing protocol's part: everything else stops using what the failure cut off
                 self._route(self.state, t, changed, "reroute")
-            if self.sm and self.master and time.monotonic() >= next_sweep:
+            if sweeping and time.monotonic() >= next_sweep:
                 self._sweep()
                 next_sweep += self.interval
                 if next_sweep < time.monotonic():

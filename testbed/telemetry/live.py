@@ -178,6 +178,7 @@ class FabricFederation:
         self.machines: dict[str, tuple[str, int]] = {}
         self.scrapes = 0
         self.missed: dict[str, int] = {}
+        self.results: dict | None = None           # once closed
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)
         try:
@@ -224,13 +225,15 @@ class FabricFederation:
         yield from merged.values()
 
     def close(self) -> dict:
-        """Stop serving; what it served (the manifest's ``metrics``)."""
-        if self._thread is not None:
-            self.server.shutdown()
-            self._thread.join(FETCH_TIMEOUT_S * (1 + len(self.machines)))
-        self.server.server_close()
-        return {"address": self.address, "scrapes": self.scrapes,
-                "machines": {m: f"{h}:{p}" for m, (h, p) in self.machines.items()}, "missed": dict(self.missed)}
+        """Stop serving; what it served (the manifest's ``metrics``). Idempotent."""
+        if self.results is None:
+            if self._thread is not None:
+                self.server.shutdown()
+                self._thread.join(FETCH_TIMEOUT_S * (1 + len(self.machines)))
+            self.server.server_close()
+            self.results = {"address": self.address, "scrapes": self.scrapes, "missed": dict(self.missed),
+                            "machines": {m: f"{h}:{p}" for m, (h, p) in self.machines.items()}}
+        return self.results
 
     def degradations(self) -> list[str]:
         return [f"metrics: {m}'s exporter did not answer {n} of {self.scrapes} scrape(s) (its samples were missing "
