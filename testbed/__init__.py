@@ -3,7 +3,7 @@
 The Python API (testbed/api.py) is imported on first use, so ``import testbed`` (and the CLI's start-up) stays
 light: ``from testbed import load_scenario, Lab, run``.
 """
-__version__ = "0.1.0"
+from .version import __version__
 
 _API = ("Lab", "Result", "load_result", "load_scenario", "load_sweep", "run")
 __all__ = ["__version__", *_API]

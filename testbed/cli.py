@@ -24,22 +24,9 @@ class UserError(click.ClickException):
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
-    from .container.engine import DockerError
-    from .fabric.capture import CaptureError
-    from .datapath import DatapathError
-    from .doctor import MissingFeature
-    from .errors import HelperFailed
-    from .fabric import FabricError
-    from .lab import LabError
-    from .fabric.netns import NetnsError
-    from .report import ReportError
-    from .runner import RunFailed
-    from .sweep import SweepError
-    from .workloads import WorkloadError
-    from .cluster import ClusterError
-    return (scenario_mod.ScenarioError, LabError, FabricError, DatapathError, WorkloadError, CaptureError,
-            MissingFeature, ReportError, NetnsError, RunFailed, SweepError, HelperFailed, DockerError, ClusterError,
-            FileExistsError, PermissionError, ValueError, OSError)
+    """What the CLI prints as one line and exits non-zero on: every error of the project, and the system's."""
+    from .errors import TestbedError
+    return (TestbedError, FileExistsError, PermissionError, ValueError, OSError)
 
 
 class Terminated(BaseException):

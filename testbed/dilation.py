@@ -15,7 +15,9 @@ from __future__ import annotations
 import copy
 import math
 
+from .errors import TestbedError
 from . import units
+from .spec_types import Quantity
 
 #: packets per second per core the traffic engines sustain with the fidelity guard quiet (this 2-core VM:
 #: 8 RoCE flows at 10 Mbit/s, 6.7k packets/s of 1,500 bytes, kept the CPUs 58 % busy)
@@ -23,7 +25,7 @@ PPS_BUDGET = {"udp": 6000, "tcp": 6000, "roce": 3000, "rxe": 3000}
 MIN_RATE_BPS = 100_000
 
 
-class DilationError(ValueError):
+class DilationError(TestbedError, ValueError):
     """A scenario that cannot be dilated; the message is one line naming the key."""
 
 
@@ -36,12 +38,12 @@ def nice_factors():
         k *= 10
 
 
-def auto_factor(doc: dict, cores: int) -> int:
+def auto_factor(doc: dict, cores: int, topology_model) -> int:
     """The smallest nice N at which every host NIC sending at line rate stays within the engines' budget
-    (``doc``: the scenario as written; its topology and traffic sections are read in real units)."""
-    from .scenario import TopologySpec
+    (``doc``: the scenario as written; its topology and traffic sections are read in real units;
+    ``topology_model``: the schema of its topology section)."""
     from .topology import build
-    topo = TopologySpec.model_validate((doc or {}).get("topology") or {})
+    topo = topology_model.model_validate((doc or {}).get("topology") or {})
     traffic = (doc or {}).get("traffic") or {}
     pkt = int(traffic.get("packet_size") or topo.mtu)
     pps = len(build(topo).hosts) * topo.rails * topo.host_link.rate / (8 * pkt)
@@ -50,13 +52,6 @@ def auto_factor(doc: dict, cores: int) -> int:
         if pps / n <= budget:
             return n
     raise AssertionError("unreachable")
-
-
-class Quantity:
-    """Marks a scenario field as a rate or a time (scenario._unit adds it to the field's metadata)."""
-
-    def __init__(self, kind: str):
-        self.kind = kind
 
 
 def _kind(meta) -> str | None:

@@ -19,27 +19,13 @@ import shutil
 import struct
 import subprocess
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Callable, Iterable
 
+from .capability import Capability, MissingFeature, kernel_release
+
 # ---------------------------------------------------------------------------------------------------------
-# Public data types
 
-
-@dataclass
-class Capability:
-    name: str
-    ok: bool
-    detail: str
-    needed_for: str
-
-
-class MissingFeature(Exception):
-    """A capability a command needs is absent. ``str(exc)`` is one readable line for the CLI."""
-
-    def __init__(self, message: str, missing: list[Capability]):
-        super().__init__(message)
-        self.missing = missing
 
 
 # name -> (label used in messages, needed_for, kind of remedy)
@@ -516,10 +502,6 @@ def _probe(with_bcc: bool, with_docker: bool) -> list[Capability]:
     run(["ray"], lambda: _probe_module("ray", "ray"))
     run(["pymetis"], lambda: _probe_module("pymetis", "pymetis"))
     return [found[n] for n in _SPEC if n in found]
-
-
-def kernel_release() -> str:
-    return platform.release()
 
 
 def as_dict(caps: list[Capability]) -> dict:

@@ -18,7 +18,8 @@ from typing import Callable
 
 from . import topology
 from .fabric import netns
-from .errors import HelperFailed
+from .errors import HelperFailed, TestbedError
+from .procname import proc_start
 from .fabric import Fabric, FabricError
 from .fabric.port import headroom_warnings, port_configs
 from .scenario import Scenario, to_dict
@@ -27,7 +28,7 @@ LABS_DIR = Path(netns.STATE_DIR) / "labs"
 NAME_RE = re.compile(r"^[a-z0-9]{1,12}$")
 
 
-class LabError(Exception):
+class LabError(TestbedError):
     pass
 
 
@@ -71,16 +72,6 @@ def _alive(pid: int | None) -> bool:
 
 def namespaces_of(name: str) -> list[str]:
     return netns.list_names(f"{netns.PREFIX}{name}-")
-
-
-def proc_start(pid: int) -> int | None:
-    """A process's start time (clock ticks since boot, /proc/<pid>/stat field 22): with the pid, it names one
-    process for good (a pid alone may be reused)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def _end_helpers(st: dict) -> None:
@@ -194,13 +185,14 @@ class Lab:
         self.failures: list[str] = []           # helpers that failed (one line each), for the run to report
         self.warnings = headroom_warnings(self.ports, scen.switch)
         if scen.switch.credit_on:                 # refused here, before anything is built
-            from .control.credits import check_buffers
+            from .qos.credits import check_buffers
             self.warnings += check_buffers(self.ports, scen.switch)
         self.containers = None                 # hosts.docker: the hosts' containers (container/hosts.py)
         if scen.hosts.docker is not None:      # Docker that cannot run is refused here, before anything is built
             from .container.hosts import ContainerHosts
+            from .workloads.gating import gates_dir
             self.containers = ContainerHosts(name, {h: scen.hosts.docker.image_of(h) for h in self.topo.hosts},
-                                             log, start_daemon=nodes is None)
+                                             log, start_daemon=nodes is None, shared_dirs=(gates_dir(),))
 
     def __enter__(self) -> "Lab":
         LABS_DIR.mkdir(parents=True, exist_ok=True)
@@ -261,7 +253,7 @@ class Lab:
                 self.fabric.attach_host_ingress(self.datapath.host_ingress_fd, "ftb_host_ingress")
             self._state["helpers"] = []
             if pfc_on or self.scen.switch.credit_on:          # the flow-control agent runs PFC and credits
-                from .control.pfc import PfcAgent
+                from .qos.pfc import PfcAgent
                 self.pfc = PfcAgent(self.datapath, self.fabric, self.scen)
                 self.pfc.detach = self.keep
                 self.pfc.start()

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import __version__, report, telemetry, workloads
-from .errors import HelperFailed
+from . import report, telemetry, workloads
+from .version import __version__
+from .errors import HelperFailed, TestbedError
 from .fabric import netns
 from .fabric.capture import Captures
 from .fabric.port import nics_have_classes
@@ -33,7 +34,7 @@ RESULTS_DIR = Path("results")
 TIMELINE_BIN_S = 0.01          # runs with failures: receivers count bytes per 10 ms (failures.csv's dips)
 
 
-class RunFailed(Exception):
+class RunFailed(TestbedError):
     """The run stopped early; the message is one line (what failed, where the partial results are)."""
 
     def __init__(self, msg: str, outdir: Path | None = None):
@@ -270,7 +271,7 @@ def _sm_rows(topo, lab, origin: float) -> list[dict] | None:
 
 def _manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic, failures, degradations, *,
               drops, resyncs, timings, pcaps, origin=None) -> dict:
-    from .control.pfc import summarize_reactions
+    from .qos.pfc import summarize_reactions
     pfc = lab.pfc_results or {}
     qos = {"queue_model_error": sampler.model_error(),
            "queue_model_resyncs": resyncs + pfc.get("drift_resyncs", 0),

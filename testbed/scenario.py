@@ -14,76 +14,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, ValidationError,
+from pydantic import (BeforeValidator, Field, PrivateAttr, ValidationError,
                       model_validator)
 
 from . import dilation, profiles, units
-from .dilation import Quantity
+from .spec_types import (Delay, NodeName, Rate, Ratio, ScenarioError, Size, Strict, Time, unit as _unit,
+                         whole_us as _whole_us)
+from .datapath.int_wire import INT_HEADER_BYTES, INT_HOP_BYTES, INT_MAX_HOPS
 from .topology.model import TIERS
-
-
-class ScenarioError(Exception):
-    """A scenario problem, already phrased for the user (one line, key path first)."""
-
-
-_SUFFIX = {units.rate_bps: "bit", units.size_bytes: "B", units.time_ns: "ns"}
-
-
-def _unit(parser):
-    """A quantity with units: parsed from text like `40mbit`; written back as plain integers (bit/s, bytes, ns),
-    or — in a round-trip dump (``to_dict(roundtrip=True)``) — with its unit, so it parses back to itself (a
-    bare number would read as seconds)."""
-    def parse(v):
-        if v is None:
-            return v
-        try:
-            return parser(v)
-        except ValueError as e:
-            raise ValueError(str(e)) from None
-
-    def dump(v, info):
-        ctx = info.context or {}
-        return f"{v}{_SUFFIX[parser]}" if v is not None and ctx.get("roundtrip") else v
-    kind = {units.rate_bps: "rate", units.time_ns: "time"}.get(parser)
-    return (BeforeValidator(parse), PlainSerializer(dump)) + ((Quantity(kind),) if kind else ())
-
-
-Rate = Annotated[int, *_unit(units.rate_bps), Field(gt=0)]
-Size = Annotated[int, *_unit(units.size_bytes), Field(gt=0)]
-Time = Annotated[int, *_unit(units.time_ns), Field(ge=0)]
-NodeName = Annotated[str, Field(pattern=r"^(h|leaf|spine|core)[0-9]+$")]
-Delay = Annotated[int, *_unit(units.time_ns), Field(ge=0, le=1_000_000_000)]
-
-
-def _whole_us(delay: int | None) -> None:
-    if delay and delay < 1000:
-        raise ValueError(f"delay: netem works in whole microseconds, got {delay} ns (use ≥ 1us or 0)")
-
-
-def _ratio(v):
-    """``2:1`` (also ``2``, ``1.5``) → the text ``a:b``. YAML 1.1 would read an unquoted 2:1 as the base-60
-    number 121; the scenario loader does not (see _Loader)."""
-    if v is None:
-        return v
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        if v <= 0:
-            raise ValueError(f"expected a ratio like 2:1, got {v!r}")
-        f = Fraction(v).limit_denominator(1000)
-        a, b = f.numerator, f.denominator
-    elif isinstance(v, str) and (m := re.fullmatch(r"\s*([0-9]+)\s*:\s*([0-9]+)\s*", v)) and int(m[1]) and int(m[2]):
-        a, b = int(m[1]), int(m[2])
-    else:
-        raise ValueError(f"expected a ratio like 2:1, got {v!r}")
-    if a < b:
-        raise ValueError(f"must be at least 1:1 (hosts : uplink capacity of a leaf), got {a}:{b}")
-    return f"{a}:{b}"
-
-
-Ratio = Annotated[str, BeforeValidator(_ratio)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class LinkSpec(Strict):
@@ -842,9 +780,6 @@ class FailureSpec(Strict):
         return self.state if self.state else f"rate {self.rate}bit"
 
 
-INT_HEADER_BYTES = 16        # INT over UDP: the shim (4 B) and the INT-MD metadata header (12 B)
-INT_HOP_BYTES = 32           # one hop's metadata: 8 words (docs/int.md)
-INT_MAX_HOPS = 8
 
 
 class IntSpec(Strict):
@@ -1342,7 +1277,7 @@ def _emulated(doc: dict, filled) -> Scenario:
     td = doc["time_dilation"]
     try:
         if td == "auto":
-            n = dilation.auto_factor(doc, os.cpu_count() or 1)
+            n = dilation.auto_factor(doc, os.cpu_count() or 1, TopologySpec)
         elif isinstance(td, int) and not isinstance(td, bool) and 1 <= td <= 1_000_000:
             n = td
         else:

@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
+from .errors import TestbedError
 from . import report
 from . import scenario as scenario_mod
 from .report import stats
@@ -33,7 +34,7 @@ from .scenario import Scenario
 OK, FAILED = "ok", "failed"
 
 
-class SweepError(Exception):
+class SweepError(TestbedError):
     """A sweep that cannot start or continue, phrased for the user (one line)."""
 
 

@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from .errors import TestbedError
+
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("FTB_VM_CACHE", "/var/cache/fabric-testbed/vm"))
 SUITE = "bookworm"
@@ -61,7 +63,7 @@ START, EXIT = "FTB-VM-START", "FTB-VM-EXIT="
 Log = Callable[[str], None]
 
 
-class VMError(Exception):
+class VMError(TestbedError):
     """A problem phrased for the user (one line)."""
 
 

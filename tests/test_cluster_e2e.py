@@ -249,7 +249,7 @@ def test_killing_a_parts_actor_fails_the_run_in_one_line_and_leaves_nothing(clus
 
 
 def _zombie_or_other(h: dict) -> bool:
-    from testbed.lab import proc_start
+    from testbed.procname import proc_start
     return proc_start(h["pid"]) != h["start"]
 
 

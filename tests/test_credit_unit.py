@@ -7,7 +7,7 @@ import pytest
 
 from conftest import datapath_fixtures, fresh_queues
 
-from testbed.control.credits import grant, margin_bytes, meter_rate
+from testbed.qos.credits import grant, margin_bytes, meter_rate
 from testbed.datapath import N_PRIO, testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT, TC_ACT_SHOT
 from testbed.fabric.netlink import TbfBucket, tbf_change_message

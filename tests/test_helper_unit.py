@@ -6,7 +6,7 @@ import resource
 
 import pytest
 
-from testbed.control.helper import wait_readable
+from testbed.helper import wait_readable
 
 
 def test_wait_readable_takes_descriptors_above_1024():

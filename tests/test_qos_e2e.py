@@ -18,7 +18,7 @@ from testbed.fabric.netlink import dump_root_qdisc_stats
 from testbed import runner, scenario, telemetry, workloads
 from testbed.fabric import netns
 from testbed.fabric.capture import Captures
-from testbed.control.pfc import summarize_reactions
+from testbed.qos.pfc import summarize_reactions
 from testbed.report.summary import STEAL_SHARE, interval_steal
 
 from conftest import make_scenario

@@ -352,7 +352,7 @@ def test_below_xoff_no_pause(dp, topo):
 
 
 def test_pfc_frame_is_consumed_and_counted(dp, topo):
-    from testbed.control.pfc import pfc_frame
+    from testbed.qos.pfc import pfc_frame
     inp, _ = ports(topo)
     f = pfc_frame(bytes.fromhex(inp.peer_mac.replace(":", "")), (1 << 3) | (1 << 5), 0xFFFF)
     r = testrun.run(dp.ingress_fd, f, ifindex=inp.ifindex)
@@ -368,8 +368,8 @@ def test_credit_frame_is_consumed_and_posted_to_the_agent(dp, topo):
     (EVT_CREDIT_RX)."""
     import ctypes as ct
 
-    from testbed.control.credits import credit_frame
-    from testbed.control.pfc import EVT_CREDIT_RX, PfcEvent
+    from testbed.qos.credits import credit_frame
+    from testbed.qos.pfc import EVT_CREDIT_RX, PfcEvent
     inp, _ = ports(topo)
     got = []
 

@@ -46,6 +46,7 @@ from .. import scenario, topology
 from ..fabric import netns
 from ..fabric import Fabric
 from ..fabric.netlink import Batch
+from ..fabric.port import port_configs
 
 # ------------------------------------------------------------------ goals and reference numbers
 
@@ -58,6 +59,11 @@ GOAL_FAT_TREE_FLOOR = 1.3  # fat-tree k=16, shaping + eBPF, up and down ÷ the s
 SHAPES = {16: (4, 4, 4), 128: (8, 16, 8), 1024: (8, 32, 32)}     # hosts → spines, leaves, hosts per leaf
 LAB_PREFIX = "bench"       # every lab this module makes starts with it (netns ftb-bench…)
 FREE_TIMEOUT = 60.0
+
+
+def default_ports(topo) -> dict:
+    """Every port of ``topo`` as a scenario's defaults configure it: one queue, the link's rate and buffer."""
+    return port_configs(topo, scenario.SwitchSpec())
 
 
 def shape_for(hosts: int) -> tuple[int, int, int]:
@@ -283,7 +289,7 @@ def _build_sequential(size, lab: str, res: BuildResult) -> None:
     from ..datapath import Datapath
     scen, _shape, _label = bench_scenario(size)
     topo = topology.build(scen.topology)
-    fabric = Fabric(topo, lab)
+    fabric = Fabric(topo, lab, default_ports(topo))
     dp = None
     sentinel = Sentinel(lab)
     try:
@@ -350,7 +356,7 @@ def measure_up_overlapped(size, lab: str | None = None) -> float:
     from ..datapath import Datapath
     scen, _shape, _label = bench_scenario(size)
     topo = topology.build(scen.topology)
-    fabric = Fabric(topo, lab or f"{LAB_PREFIX}{size}o")
+    fabric = Fabric(topo, lab or f"{LAB_PREFIX}{size}o", default_ports(topo))
     box: dict = {}
 
     def load():
@@ -593,7 +599,7 @@ class _PpsFabric:
         scen = _scenario(2, 2, 1, rate="10gbit")
         self.scen = scen
         self.topo = topology.build(scen.topology)
-        self.fabric = Fabric(self.topo, lab, hooked=None if mode == "ebpf" else [])
+        self.fabric = Fabric(self.topo, lab, default_ports(self.topo), hooked=None if mode == "ebpf" else [])
         self.dp = None
         self.sink = None
 

@@ -15,7 +15,7 @@ import time
 
 from .. import topology
 from ..fabric import Fabric
-from . import LAB_PREFIX, bench_scenario
+from . import LAB_PREFIX, bench_scenario, default_ports
 
 
 def measure(size: int, docker: bool) -> tuple[float, float, dict]:
@@ -25,7 +25,7 @@ def measure(size: int, docker: bool) -> tuple[float, float, dict]:
     scen, _shape, _label = bench_scenario(size)
     topo = topology.build(scen.topology)
     lab = f"{LAB_PREFIX}{'d' if docker else 'n'}{size}"
-    fabric = Fabric(topo, lab)
+    fabric = Fabric(topo, lab, default_ports(topo))
     ctrs = ContainerHosts(lab, {h: IMAGE for h in topo.hosts}) if docker else None
     t0 = time.perf_counter()
     try:

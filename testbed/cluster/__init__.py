@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
+from ..errors import TestbedError
 
 MACHINE_RESOURCE = "ftb_machine"
 RAY_NAMESPACE = "fabric-testbed"
@@ -30,7 +31,7 @@ RAY_NAMESPACE = "fabric-testbed"
 RAY_INLINE_ENV = {"RAY_max_direct_call_object_size": str(512 << 20)}
 
 
-class ClusterError(Exception):
+class ClusterError(TestbedError):
     """A cluster problem, phrased for the user (one line)."""
 
 
@@ -81,8 +82,8 @@ def resolve(address: str) -> str:
         return address
     if os.environ.get("RAY_ADDRESS"):
         return os.environ["RAY_ADDRESS"]
-    from . import local
-    st = local.read_state()
+    from .state import read_state
+    st = read_state()
     if st is None:
         raise ClusterError("--cluster auto: RAY_ADDRESS is not set and no local cluster is up "
                            "(`testbed cluster up --local 2`)")
@@ -129,8 +130,8 @@ class Machine:
 def machines(alive_only: bool = True) -> list[Machine]:
     """The cluster's machines in a stable order (local-cluster order, else by address)."""
     ray = require_ray()
-    from . import local
-    names = local.names_by_address()
+    from .state import names_by_address
+    names = names_by_address()
     out = []
     for n in ray.nodes():
         if not n.get("Resources", {}).get(MACHINE_RESOURCE) and n.get("Alive"):

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from ..fabric import netns
 from . import MACHINE_RESOURCE, RAY_INLINE_ENV, ClusterError
+from .state import STATE, names_by_address, read_state
 
-STATE = Path(netns.STATE_DIR) / "cluster.json"
 BRIDGE = "ftb-ul"
 UNDERLAY = "198.19.255"            # /24 (RFC 2544's benchmarking range, next to the fabric's 198.18.0.0/15)
 DRIVER_ADDRESS = f"{UNDERLAY}.254"
@@ -47,19 +47,6 @@ def machine_ns(i: int) -> str:
 
 def machine_address(i: int) -> str:
     return f"{UNDERLAY}.{i + 1}"
-
-
-def read_state() -> dict | None:
-    try:
-        return json.loads(STATE.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def names_by_address() -> dict[str, str]:
-    """Underlay address → machine name (m<i>) of the local cluster; empty when none is up."""
-    st = read_state()
-    return {m["address"]: m["name"] for m in st["machines"]} if st else {}
 
 
 def _write_state(st: dict) -> None:
@@ -190,7 +177,7 @@ def up(n: int, rate_bps: int, log=print) -> dict:
 
 def _wait_machines(address: str, n: int) -> None:
     """Ray lists every machine alive (a node registers with the head a moment after ``ray start`` returns)."""
-    from . import connect, machines
+    from . import connect, machines    # the package's Ray connection; it never imports this module
     ray = connect(address)
     end = time.monotonic() + 30
     try:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from ..errors import TestbedError
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SETUP = ROOT / "scripts" / "docker-setup.sh"
@@ -24,7 +25,7 @@ DOCKERD_LOG = Path("/var/log/fabric-testbed/dockerd.log")
 START_TIMEOUT_S = 30.0
 
 
-class DockerError(Exception):
+class DockerError(TestbedError):
     """Docker cannot be used (not installed, daemon not running or refusing); the message is one line."""
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .engine import DockerError, client
 from .image import IMAGE, TAG
+from ..procname import proc_start
 
 LABEL = "fabric-testbed"                   # value: the lab's name; every container of this tool carries it
 NODE_LABEL = "fabric-testbed.node"
@@ -40,11 +41,6 @@ START_THREADS = 8                          # containers started at once (8: 120�
 
 class ContainerGone(DockerError):
     pass
-
-
-def _proc_start(pid: int) -> int | None:
-    from ..lab import proc_start
-    return proc_start(pid)
 
 
 @dataclass
@@ -70,7 +66,7 @@ class Container:
         return f"/proc/{self.pid}/ns/net"
 
     def alive(self) -> bool:
-        return self.start is not None and _proc_start(self.pid) == self.start
+        return self.start is not None and proc_start(self.pid) == self.start
 
     def environ(self, extra: dict | None = None) -> dict:
         env = dict(e.split("=", 1) for e in self.env if "=" in e)
@@ -110,10 +106,14 @@ class ContainerHosts:
     starting it on first use) and checks that every image is there (building fabric-testbed/host when it is
     the one missing), so that Docker that cannot run is one line before the fabric exists."""
 
-    def __init__(self, lab: str, images: dict[str, str], log=lambda s: None, start_daemon: bool = True):
+    def __init__(self, lab: str, images: dict[str, str], log=lambda s: None, start_daemon: bool = True,
+                 shared_dirs: tuple[str, ...] = ()):
         """``start_daemon``: install and start Docker when it is missing (False: one machine's part of a fabric
-        over several — its actor may run inside a machine namespace, no place for the machine's daemon)."""
+        over several — its actor may run inside a machine namespace, no place for the machine's daemon).
+        ``shared_dirs``: folders of this machine every container sees at the same path, read-write (the
+        workloads' gates)."""
         self.lab, self.images, self.log = lab, dict(images), log
+        self.shared_dirs = tuple(shared_dirs)
         self.names = names(lab, images)
         self.containers: dict[str, Container] = {}
         self.timings: dict[str, float] = {}
@@ -144,11 +144,10 @@ class ContainerHosts:
         """Start every host's container (a few at a time; the daemon does the work) and return node → its
         network namespace file. A container that fails to start fails the lab with one line."""
         t = time.perf_counter()
-        from ..workloads.gating import gates_dir
-        gates = gates_dir()
-        os.makedirs(gates, exist_ok=True)
+        for d in self.shared_dirs:
+            os.makedirs(d, exist_ok=True)
         volumes = {str(PACKAGE): {"bind": f"{CODE_DIR}/testbed", "mode": "ro"},
-                   gates: {"bind": gates, "mode": "rw"}}
+                   **{d: {"bind": d, "mode": "rw"} for d in self.shared_dirs}}
         with ThreadPoolExecutor(max_workers=START_THREADS) as ex:
             done = list(ex.map(lambda h: self._start_one(h, volumes), self.images))
         self.containers = dict(done)
@@ -174,7 +173,7 @@ class ContainerHosts:
             raise DockerError(f"container {name} ({self.images[host]}) for {host} exited at once (status "
                               f"{state.get('ExitCode')}, {state.get('Error') or 'no error'}): its image needs "
                               f"`sleep` (coreutils or busybox)")
-        return host, Container(host, name, self.images[host], pid, _proc_start(pid),
+        return host, Container(host, name, self.images[host], pid, proc_start(pid),
                                list(ctr.attrs["Config"].get("Env") or []))
 
     def _check_python(self) -> None:

@@ -34,7 +34,7 @@ from ..errors import HelperFailed
 from ..fabric import netns
 from ..fabric.netlink import tbf_change_message
 from ..fabric.port import tbf_burst
-from .helper import ForkedHelper, wait_readable, write_result
+from ..helper import ForkedHelper, wait_readable, write_result
 
 RTM_SETLINK = 19
 NLM_F_REQUEST, NLM_F_ACK = 1, 4

@@ -49,7 +49,7 @@ from ..fabric import netns
 from ..topology.routing import Router
 from . import engines
 from ..datapath import fill_group
-from .helper import ForkedHelper, wait_readable, write_result
+from ..helper import ForkedHelper, wait_readable, write_result
 
 RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
 NLMSG_ERROR, NLMSG_DONE = 2, 3

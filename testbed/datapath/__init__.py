@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from . import hashing, kheaders, source
 from ..fabric.port import HOST_LINK_ROLES, N_PRIO, PortConfig, port_configs
-from ..scenario import INT_MAX_HOPS
+from .int_wire import INT_MAX_HOPS
 from .bccutil import import_bcc, quiet_stderr
 from .errors import DatapathError
 from . import queue_model

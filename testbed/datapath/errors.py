@@ -1,5 +1,6 @@
 """Errors of the eBPF datapath, phrased for the user."""
+from ..errors import TestbedError
 
 
-class DatapathError(Exception):
+class DatapathError(TestbedError):
     """The datapath cannot be built or loaded here; the message is one readable line."""

@@ -15,6 +15,7 @@ import struct
 import time
 from dataclasses import dataclass
 
+from ..errors import TestbedError
 from . import netns
 from .netlink import Batch, NetlinkError, dump_root_qdisc_stats
 from .port import PortConfig, port_configs
@@ -36,7 +37,7 @@ OFFLOAD_FEATURES = ("tx-tcp-segmentation", "tx-tcp-ecn-segmentation", "tx-tcp-ma
 INGRESS_BLOCK, EGRESS_BLOCK = 1, 2
 
 
-class FabricError(Exception):
+class FabricError(TestbedError):
     pass
 
 
@@ -85,16 +86,13 @@ def offloads_off_request(names: list[str]) -> array.array:
 
 
 class Fabric:
-    def __init__(self, topo: Topology, lab: str, ports: dict[int, PortConfig] | None = None,
+    def __init__(self, topo: Topology, lab: str, ports: dict[int, PortConfig],
                  tunnels: dict[int, Tunnel] | None = None, hooked: list[str] | None = None):
-        """``ports``: every port's egress configuration (port.port_configs); default: a scenario's defaults.
+        """``ports``: every port's egress configuration (port.port_configs).
         ``tunnels``: ifindex → Tunnel for the ports of ``topo`` whose link leaves this machine (one machine's
         part of a fabric: ``topo`` is restricted to it, Topology.restrict). ``hooked``: the nodes whose ports get
         a clsact qdisc at build time, for the eBPF programs attached later (default: the switches; add the hosts
         for ``attach_host_ingress``)."""
-        if ports is None:
-            from ..scenario import SwitchSpec
-            ports = port_configs(topo, SwitchSpec())
         self.topo, self.lab, self.ports = topo, lab, ports
         self.tunnels = tunnels or {}
         self.hooked = frozenset(topo.switches if hooked is None else hooked)
@@ -262,7 +260,7 @@ class Fabric:
                 b.commit()
         except NetlinkError as e:
             if "ENOENT" in str(e) or "EOPNOTSUPP" in str(e):
-                from ..doctor import Capability, MissingFeature, kernel_release
+                from ..capability import Capability, MissingFeature, kernel_release
                 keys = sorted({self._delay_key(p) for _, p in delayed})
                 raise MissingFeature(
                     f"{' and '.join(keys)}: link delay needs the netem qdisc, which this kernel "

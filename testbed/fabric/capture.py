@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import TestbedError
 from . import netns
 
 
@@ -32,7 +33,7 @@ MAC_CONTROL_IN = ["-Q", "in", "ether", "proto", "0x8808"]
 PENDING = Path(".pending")       # merge_into of a sent-frames capture the driver merges (another machine's node)
 
 
-class CaptureError(Exception):
+class CaptureError(TestbedError):
     pass
 
 

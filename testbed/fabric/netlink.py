@@ -24,6 +24,8 @@ from pyroute2.netlink.rtnl.rtmsg import rtmsg
 from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
+from ..errors import TestbedError
+
 CREATE = NLM_F_CREATE | NLM_F_EXCL
 TC_H_CLSACT = 0xFFFFFFF1
 TCM_IFINDEX_MAGIC_BLOCK = -1      # 0xFFFFFFFF: the request names a shared block, not a device
@@ -48,7 +50,7 @@ IN6_ADDR_GEN_MODE_NONE = 1
 HAVE_IPV6 = os.path.isdir("/proc/sys/net/ipv6")   # without it the kernel refuses an AF_INET6 link attribute
 
 
-class NetlinkError(Exception):
+class NetlinkError(TestbedError):
     pass
 
 

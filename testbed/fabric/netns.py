@@ -24,6 +24,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, TypeVar
 
+from ..errors import TestbedError
+
 PREFIX = "ftb-"
 #: The local cluster's machines (testbed/cluster/local.py): ``ftb-m0``, ``ftb-m1`` … — no second dash, so never
 #: a lab's ``ftb-<lab>-<node>``; they belong to the cluster, and only ``testbed cluster down`` removes them.
@@ -44,7 +46,7 @@ _libc.linkat.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_c
 T = TypeVar("T")
 
 
-class NetnsError(Exception):
+class NetnsError(TestbedError):
     pass
 
 

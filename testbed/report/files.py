@@ -16,8 +16,10 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
+from ..errors import TestbedError
 
-class ReportError(Exception):
+
+class ReportError(TestbedError):
     """A result-directory problem, already phrased for the user (one line, path first)."""
 
 

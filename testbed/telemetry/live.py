@@ -21,7 +21,7 @@ import threading
 import urllib.request
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from ..control.helper import ForkedHelper, write_result
+from ..helper import ForkedHelper, write_result
 from ..errors import HelperFailed
 
 PREFIX = "ftb_"

@@ -10,10 +10,11 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 
+from ..errors import TestbedError
 from .model import Topology
 
 
-class RoutingError(Exception):
+class RoutingError(TestbedError):
     """A destination some branch cannot reach (no route, empty group, a loop, the wrong host)."""
 
 

@@ -19,6 +19,8 @@ import sys
 import time
 from typing import Callable, Optional
 
+from ..errors import TestbedError
+
 READY_TIMEOUT_S = 30.0
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -26,7 +28,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 _FRAME = re.compile(r'\s*File "([^"]+)", line (\d+), in (\S+)')
 
 
-class WorkloadError(Exception):
+class WorkloadError(TestbedError):
     """An agent failed; the message is one line."""
 
 

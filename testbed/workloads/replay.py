@@ -29,13 +29,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import TestbedError
 from .. import units
 
 COLUMNS = ("id", "src", "dst", "bytes", "start", "deps", "delay", "tag")
 DEFAULT_TAG = "replay"
 
 
-class ReplayError(ValueError):
+class ReplayError(TestbedError, ValueError):
     """A schedule file that cannot be replayed; the message is one line naming the file and the row."""
 
 

@@ -17,6 +17,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import TestbedError
+
 NAMED: dict[str, tuple[tuple[int, float], ...]] = {
     "websearch": ((0, 0), (10_000, 15), (20_000, 20), (30_000, 30), (50_000, 40), (80_000, 53), (200_000, 60),
                   (1_000_000, 70), (2_000_000, 80), (5_000_000, 90), (10_000_000, 97), (30_000_000, 100)),
@@ -28,7 +30,7 @@ NAMED: dict[str, tuple[tuple[int, float], ...]] = {
 }
 
 
-class SizeDistError(ValueError):
+class SizeDistError(TestbedError, ValueError):
     pass
 
 

@@ -41,12 +41,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...errors import TestbedError
+
 TABLE_BASE = 4790          # routing tables 4791… (one per rxe host)
 RULE_PREF_BASE = 100       # rules at 100…; the local table is moved to LOCAL_PREF
 LOCAL_PREF = 32000
 
 
-class RxeError(Exception):
+class RxeError(TestbedError):
     pass
 
 

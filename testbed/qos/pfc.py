@@ -28,19 +28,16 @@ from ..datapath.queue_model import (CTL_VQ_RESYNC, CTL_VQ_SHIFT, CTL_XON_RESET, 
                                     ingress_queued, shared_threshold, shared_used)
 from ..errors import HelperFailed
 from ..fabric import netns
-from .helper import ForkedHelper, wait_readable, write_result
+from ..helper import ForkedHelper, wait_readable, write_result
 from ..fabric.netlink import QdiscStats, qdisc_get_message, qdisc_stats, tbf_change_message
 from ..fabric.port import ETH_HLEN, N_PRIO, PortConfig
+from .frames import ETH_P_KICK, ETH_P_MACCTL, KICK_LEN, PFC_DST, PFC_OPCODE
 
-PFC_DST = bytes.fromhex("0180c2000001")
-ETH_P_MACCTL = 0x8808
-ETH_P_KICK = 0x88B5
 SOL_PACKET = 263
 PACKET_QDISC_BYPASS = 20
 PAUSE_RATE_BPS = 8000          # ≥ 4 kbit/s: lower rates make the kernel cap the bucket below a frame
                                # (docs/architecture.md, 3.7)
 EVT_XOFF, EVT_PFC_RX, EVT_CREDIT_RX = 1, 2, 3
-KICK_LEN = 60                  # bytes of a kick frame (Ethernet header + 46), counted by the class it goes through
 XON_POLL_S = 0.0002
 SHARED_LEVEL_S = 0.001          # a shared buffer's Xon level is recomputed at most this often (it reads every
                                 # queue of the switch: ~80 µs at 8 queues; at every 0.2 ms poll that was a core)
@@ -51,7 +48,7 @@ SWEEP_BATCH = 32            # … in batches of this many queues, so a sweep nev
 def pfc_frame(src_mac: bytes, vector: int, quanta: int) -> bytes:
     """An 802.1Qbb frame: MAC control, opcode 0x0101, class-enable vector, 8 pause quanta, padded to 60 bytes."""
     q = [quanta if vector & (1 << i) else 0 for i in range(N_PRIO)]
-    body = struct.pack("!HHH8H", ETH_P_MACCTL, 0x0101, vector, *q)
+    body = struct.pack("!HHH8H", ETH_P_MACCTL, PFC_OPCODE, vector, *q)
     return (PFC_DST + src_mac + body).ljust(60, b"\0")
 
 

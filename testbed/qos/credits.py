@@ -37,16 +37,16 @@ import struct
 import time
 from dataclasses import dataclass, field
 
+from ..errors import TestbedError
 from ..datapath.queue_model import CTL_VQ_CREDIT, ingress_queued
 from ..fabric.netlink import TbfBucket
 from ..fabric.port import ETH_HLEN, N_PRIO
 from ..topology import TIERS
-from .pfc import ETH_P_MACCTL, KICK_LEN, PFC_DST
+from .frames import CREDIT_OPCODE, ETH_P_MACCTL, KICK_LEN, PFC_DST
 
 TICK_LIMIT_S = 200.0            # a bucket of B bytes at the meter's rate is B/rate seconds: keep it in a u32 of ticks
 MIN_METER_BPS = 8000            # the meter's token rate: refills ≤ 1 byte per ms
 MARGIN_S = 0.0005               # the netlink call applying a grant, covered by the margin (p50 ~50 µs)
-CREDIT_OPCODE = 0xFC01          # ebpf/lib/common.h: a MAC control frame to PFC's address, with its own opcode
 REFRESH = 16                    # a remote link's unchanged grant is sent again after this many intervals
 
 
@@ -62,7 +62,7 @@ def margin_bytes(rate_bps: int, mtu: int) -> int:
     return 2 * (mtu + ETH_HLEN) + int(rate_bps / 8 * MARGIN_S)
 
 
-class CreditConfigError(ValueError):
+class CreditConfigError(TestbedError, ValueError):
     """A credit buffer that could never grant a frame: refused before anything is built."""
 
 

@@ -16,8 +16,8 @@ import select
 import signal
 import sys
 
-from ..errors import HelperFailed
-from ..procname import set_process_name
+from .errors import HelperFailed
+from .procname import set_process_name
 
 
 def wait_readable(fds: list[int], timeout_s: float) -> list[int]:
