@@ -41,7 +41,7 @@ def test_mkdocs_build_strict(tmp_path):
     if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
         pytest.skip("mkdocs-material is not installed (the docs extra: scripts/test-setup.sh installs it)")
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict",
                         "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path / "site")],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"mkdocs build --strict failed:\n{r.stdout}\n{r.stderr}"
