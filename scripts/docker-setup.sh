@@ -2,7 +2,7 @@
 # Idempotent set-up of what container hosts (hosts.docker, `testbed image`) need; not part of the quick start.
 # Run by scripts/test-setup.sh and, on first use, by testbed itself (testbed/container/engine.py):
 #   docker.io   Debian's dockerd, containerd, runc (testbed starts `dockerd --iptables=false --bridge=none` when
-#               no daemon runs; README: Docker hosts)
+#               no daemon runs; docs/containers.md)
 #   the pip extra .[docker] of pyproject.toml (the docker SDK) in the venv, or in FTB_PY's environment
 # Fast when done: dpkg status and an import first.
 set -euo pipefail

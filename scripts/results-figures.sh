@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The plots of the README's "Ready scenarios and what they show": for each ready scenario, its comparison sweep
+# The plots of docs/results.md's "Ready scenarios and what they show": for each ready scenario, its comparison sweep
 # (short: the fewest seeds and the shortest runs that still show the result) into results/figures/, then the one
 # report figure that shows the result copied to docs/results/<scenario>.png.
 #

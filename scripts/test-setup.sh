@@ -4,6 +4,7 @@
 #   chromium               headless rendering of report.html (tests/test_report_html.py)
 #   docker.io + docker SDK container hosts (tests/test_docker_e2e.py), through scripts/docker-setup.sh
 #   ray, pymetis           the `cluster` extra (pip): the local Ray cluster's tests (tests/test_cluster_*.py)
+#   mkdocs, mkdocs-material the `docs` extra (pip): the documentation site's build (tests/test_docs.py)
 # Fast when done: dpkg status first, apt-get only for what is missing.
 set -euo pipefail
 
@@ -16,4 +17,8 @@ if ! "$VENV/bin/python" -c 'import ray, pymetis' 2>/dev/null; then
     echo "test-setup: pip install -e '.[cluster]' (Ray, pymetis)"
     PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore "$VENV/bin/python" -m pip install -q -e '.[cluster]'
 fi
-echo "test-setup: ok (mininet, bridge-utils, chromium, docker, ray, pymetis)"
+if ! "$VENV/bin/python" -c 'import mkdocs, material' 2>/dev/null; then
+    echo "test-setup: pip install -e '.[docs]' (mkdocs, mkdocs-material)"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore "$VENV/bin/python" -m pip install -q -e '.[docs]'
+fi
+echo "test-setup: ok (mininet, bridge-utils, chromium, docker, ray, pymetis, mkdocs)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The full-kernel VM lane (CI runs it after the normal suite; README "Full kernel: Vagrant VM and the QEMU lane"):
+# The full-kernel VM lane (CI runs it after the normal suite; docs/kernel.md, "Full kernel"):
 #   host   install qemu/debootstrap (scripts/vm-setup.sh), build or reuse the cached Debian image (a failed
 #          build is tried once more), then
 #   guest  `testbed vm test`: pytest -m fullkernel in the booted VM, with the project directory this script is
@@ -10,7 +10,7 @@
 # fails, each makes the exit non-zero, with the reason in one "vm-lane: FAILED — …" line. FTB_VM_LANE=0 is a
 # user's explicit opt-out (it says so); under CI (CI set, not "false"/"0") it is refused: CI never skips.
 # FTB_PY: the venv's python to run testbed with (default .venv/bin/python). Run it with `nice -n 19` on a shared
-# machine. Timings measured on the 2-core CI machine (TCG): see README.
+# machine. Timings measured on the 2-core CI machine (TCG): see docs/kernel.md.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=${FTB_PY:-.venv/bin/python}

@@ -537,7 +537,7 @@ class DcqcnSpec(Strict):
 
 
 class NsccSpec(Strict):
-    """NSCC parameters (testbed/workloads/roce/cc/nscc.py); None = the scaled default (README: congestion control)."""
+    """NSCC parameters (testbed/workloads/roce/cc/nscc.py); None = the scaled default (docs/transport.md)."""
     base_rtt: Optional[Time] = None           # None = estimated from the topology
     target_qdelay: Optional[Time] = None
     init_cwnd: Optional[Size] = None

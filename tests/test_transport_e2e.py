@@ -1,7 +1,7 @@
 """Reference checks of the RoCE engine's extended transport and congestion control on real fabrics (issue 12),
 scaled from published simulator validations to this machine's rates (20 Mbit/s hosts). Each runs through
 ``runner.run`` and reads the files it wrote. The bounds are those measured over repeated runs on the 2-core VM
-(20 runs: the table in README.md, "Ultra-Ethernet-style transport"). Times are wall-clock, not scaled by the
+(20 runs: the table in docs/transport.md, "Ultra-Ethernet-style transport"). Times are wall-clock, not scaled by the
 hypervisor's steal (conftest ``run_had``): eqds's 16 → 1 incast read 1.038–1.067 × ideal whatever the steal in
 its traffic window (0–16 %), and scaled by 1 − steal 0.90 × — faster than its link allows."""
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_eqds_bounds_a_16_to_1_incast_near_the_ideal_time(tmp_path):
     the 4 MB ÷ 20 Mbit/s = 1.678 s (payload only). A 2 KB IB MTU (2,200-byte frames, as RoCE fabrics run jumbo
     frames): headers are 3 % of the wire, not 6.4 % as with 1,024-byte payloads, which alone would leave 1.064 ×
     ideal as the best possible. RTO floor 50 ms: with the default 10 ms, a CI run with a core saturated timed out
-    11 times without a single drop (ACKs late, not lost). Bounds: README's 20-run table."""
+    11 times without a single drop (ACKs late, not lost). Bounds: docs/transport.md's 20-run table."""
     ideal = 16 * 256 * 1024 * 8 / 20e6
     ratio, drops, whole = {}, {}, {}
     for cc in ("eqds", "none", "dcqcn"):                      # measured first, asserted after: every figure printed
@@ -88,7 +88,7 @@ def converged(links, flows) -> tuple[list[float], float, float]:
 def test_two_flows_share_a_bottleneck_fairly_and_delay_and_int_cc_keep_its_queue_short(tmp_path):
     """Every CC: Jain over the two flows' rates after convergence ≥ 0.95 (the issue's bound; asserted at the
     margin measured) and the link used; hpcc and swift hold the bottleneck's p99 queue (the largest depth a packet
-    met per 50 ms, 99th percentile) below dcqcn's, which marks between 10 and 40 KB. Bounds: README's 20-run
+    met per 50 ms, 99th percentile) below dcqcn's, which marks between 10 and 40 KB. Bounds: docs/transport.md's 20-run
     table."""
     jain, q99, used, echoes = {}, {}, {}, None
     for cc in CCS:                                            # measured first, asserted after: every figure printed
@@ -115,7 +115,7 @@ def test_swift_and_timely_share_a_7_to_1_incast_and_every_flow_completes(tmp_pat
     """scenarios/uec-cc-compare.yaml's incast: h1…h7 → h0, 256 KB each over a 10 Mbit/s host link (ideal 7 × 256 KB
     ÷ 10 Mbit/s = 1.47 s). Swift used to starve 4 of the 7 (RTT samples taken when a sender paced below a packet per
     RTT next woke up, not when the ACK came: windows fell below a packet and stayed there), TIMELY to complete
-    0.5 of 7 (a rate cut per NAK and per spurious timeout down to its floor). Bounds: README's 20-run table;
+    0.5 of 7 (a rate cut per NAK and per spurious timeout down to its floor). Bounds: docs/transport.md's 20-run table;
     swift's Jain fell to 0.948 once in 29 runs (a CI rehearsal: one flow of 7 at 2.55 Mbit/s, the others
     1.35–1.82), hence 0.94 here — the issue's 0.95 is for two flows on one bottleneck, asserted above."""
     ideal = 7 * 256 * 1024 * 8 / 10e6
@@ -152,7 +152,7 @@ def degraded(entropy: str) -> dict:
 
 def test_path_aware_spraying_steers_off_a_degraded_link_and_finishes_sooner(tmp_path):
     """reps and bitmap put measurably less on the slow link than oblivious spraying and finish sooner (the
-    issue's direction; bounds: README's 20-run table). Oblivious spraying pays for the slow link in trims and
+    issue's direction; bounds: docs/transport.md's 20-run table). Oblivious spraying pays for the slow link in trims and
     timeouts; reps recycles the entropies that came back unmarked, bitmap skips the penalised ones."""
     slow, fct, ok = {}, {}, {}
     for e in ("packet", "reps", "bitmap"):
@@ -177,7 +177,7 @@ def test_spraying_with_trimming_keeps_the_tail_near_a_lone_flow(tmp_path):
     """scenarios/uec-spray-trim.yaml: leaf0's four hosts send 2 MB each to leaf1's over four 20 Mbit/s spines
     (full load, no oversubscription), oblivious spraying over 256 entropies, 8 KB fabric buffers. uet-htsim
     bounds 2 MB flows at ~1.25 × the lone-flow time. Without trimming the tail is longer on average but the two
-    ranges overlap (README's 20-run table), so what is asserted beside the bound is the mechanism: trimming turns
+    ranges overlap (docs/transport.md, 20 runs), so what is asserted beside the bound is the mechanism: trimming turns
     the drops that time flows out into trims that are NAKed at once."""
     _l, lone_flows, lone_row = _run(tmp_path, "lone", "uec-spray-trim", "traffic.pairs=[[h0,h4]]")
     lone = lone_flows["fct_s"][0]
