@@ -292,7 +292,7 @@ def sweep(scenario, varies, seeds, out, resume, include_flagged, cluster, sets):
             raise UserError(f"{scenario}: placement splits one run over several machines; a sweep with --cluster "
                             f"runs each run whole on one machine (drop placement, or run it with `testbed run "
                             f"--cluster`)")
-        from .cluster.sweep import ClusterPool
+        from .cluster.distributed_sweep import ClusterPool
         pool = ClusterPool(cluster)
     else:
         _need_root("sweep")
@@ -438,7 +438,7 @@ def bench(what, sizes, seconds, rounds, repeat, vs, mininet_timeout):
         return
     if what == "select":
         _need_root("bench")
-        from .bench.select import print_select
+        from .bench.next_hop import print_select
         print_select(rounds)
         return
     if what == "docker":

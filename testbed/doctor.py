@@ -454,7 +454,7 @@ def probe(with_bcc: bool = True, with_docker: bool = True) -> list[Capability]:
 
 
 def _probe_docker() -> list[Capability]:
-    from .container.engine import status
+    from .container.daemon import status
     (sdk_ok, sdk_detail), (daemon_ok, daemon_detail) = status()
     return [_cap("docker-sdk", sdk_ok, sdk_detail), _cap("docker", daemon_ok, daemon_detail)]
 

@@ -13,3 +13,7 @@ class TestbedError(Exception):
 class HelperFailed(TestbedError):
     """A process or thread the run depends on (the PFC agent, the telemetry sampler) died; the message is one
     line naming it and the cause. The run stops, keeps the results collected so far and says what failed."""
+
+
+class DatapathError(TestbedError):
+    """The eBPF datapath cannot be built or loaded here; the message is one readable line."""

@@ -112,7 +112,7 @@ def reap_stale() -> list[str]:
     """Labs of finished or crashed ``run`` processes: their owner is gone, nothing else will remove them. A lab
     whose containers cannot be removed now (Docker is not running) keeps its state file, and so stays listed by
     `testbed status`, for `testbed clean` to remove later."""
-    from .container.engine import DockerError
+    from .container.daemon import DockerError
     gone = []
     for st in all_labs():
         if st.get("kind") == "run" and not _alive(st.get("pid")):
@@ -129,7 +129,7 @@ def clean_all() -> tuple[int, int, int | None]:
     (they are not leftovers and remove themselves): crashed runs, `up` labs, stray namespaces and containers
     without a state file; never the local cluster's machines (``ftb-m<i>``: ``testbed cluster down`` removes
     them). Returns (labs, stray namespaces, stray containers — None when Docker is not there to ask)."""
-    from .container.engine import DockerError
+    from .container.daemon import DockerError
     from .container.hosts import remove_leftovers
     live = {st["name"] for st in all_labs() if st.get("kind") == "run" and _alive(st.get("pid"))}
     labs = [st for st in all_labs() if st["name"] not in live]
@@ -259,13 +259,13 @@ class Lab:
                 self.pfc.start()
                 self._helper("pfc-agent", self.pfc.pid)
             if self.routing_on:
-                from .control.routing import RoutingAgent
+                from .routing.manager import RoutingAgent
                 self.routing = RoutingAgent(self.datapath, self.fabric, self.scen, self.whole, self.underlay)
                 self.routing.detach = self.keep
                 self.routing.start()          # returns once every port is read (and, with SM, every table set)
                 self._helper("subnet-manager" if self.routing.sm else "link-state-watcher", self.routing.pid)
             if self.scen.failures:
-                from .control.failures import FailureScheduler
+                from .routing.failures import FailureScheduler
                 self.scheduler = FailureScheduler(self.datapath, self.fabric, self.scen, self.whole)
                 self.scheduler.detach = self.keep
                 self.scheduler.start()

@@ -23,6 +23,7 @@ from . import report, telemetry, workloads
 from .version import __version__
 from .errors import HelperFailed, TestbedError
 from .fabric import netns
+from .inband.collector import IntCollector
 from .fabric.capture import Captures
 from .fabric.port import nics_have_classes
 from .lab import Lab, reap_stale
@@ -342,10 +343,10 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
             sampler.start()
             collector = controller = None
             if lab.datapath.int_spec is not None:        # telemetry.int: the sinks' reports, read as they come
-                collector = telemetry.IntCollector(lab.datapath, origin)
+                collector = IntCollector(lab.datapath, origin)
                 collector.start()
             if scen.switch.load_balancing == "wcmp" and scen.switch.wcmp.source != "static":
-                from .control.wcmp import WcmpController
+                from .lb.wcmp_controller import WcmpController
                 controller = WcmpController(topo, lab.datapath, lab.fabric, scen, origin, collector)
                 controller.start()
 
@@ -393,7 +394,7 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
     manifest["docker"] = lab.containers.manifest() if lab.containers is not None else None
     fail_rows = None
     if scen.failures:
-        from .control.failures import rows as failure_rows
+        from .routing.failures import rows as failure_rows
         fail_rows = failure_rows(scen, topo, (lab.scheduler_results or {}).get("applied", []),
                                  lab.routing_results or {}, traffic.info.get("timelines") or {}, origin)
     meta = {"run_id": run_id, "scenario": scen.name, "load_balancing": scen.switch.load_balancing,

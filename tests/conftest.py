@@ -112,8 +112,8 @@ def lab_load_ok(row: dict) -> tuple[bool, dict]:
 
 def inside_port_namespace(ports, tag: str):
     """A throwaway namespace with a veth of every port's ifindex, entered by the calling thread (for
-    PROG_TEST_RUN): testbed.bench.select.port_namespace, which the selection benchmark uses too."""
-    from testbed.bench.select import port_namespace
+    PROG_TEST_RUN): testbed.bench.next_hop.port_namespace, which the selection benchmark uses too."""
+    from testbed.bench.next_hop import port_namespace
     return port_namespace(ports, tag)
 
 

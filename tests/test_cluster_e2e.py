@@ -510,7 +510,7 @@ def test_container_hosts_on_both_machines_carry_a_permutation_and_are_removed(cl
     containers'); the permutation crosses the cut and every flow delivers, the manifest names every host's
     container, and no container of the run is left afterwards."""
     from conftest import processes_named, wait_for
-    from testbed.container.engine import DockerError, client
+    from testbed.container.daemon import DockerError, client
     try:
         docker = client(log=print)
     except DockerError as e:

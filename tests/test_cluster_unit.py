@@ -111,7 +111,7 @@ def test_unsupported_features_are_named():
 
 
 def test_gate_paths_move_under_each_machines_own_directory():
-    from testbed.cluster.gates import localize
+    from testbed.cluster.gate_relay import localize
     job = {"host": "h0", "gate": "/g/run-1/h0", "notify": {"3": ["/g/run-1/h4", "/g/run-1/h1"]}, "send": []}
     assert localize(job, "/g/run-1", 1) == {"host": "h0", "gate": "/g/run-1/m1/h0", "send": [],
                                             "notify": {"3": ["/g/run-1/m1/h4", "/g/run-1/m1/h1"]}}
@@ -125,7 +125,7 @@ def test_an_announcement_to_another_machines_host_reaches_its_gate_through_the_r
     import socket
     import time
 
-    from testbed.cluster.gates import GateRelay, machine_dir
+    from testbed.cluster.gate_relay import GateRelay, machine_dir
     from testbed.workloads.gating import announcement, parse_announcement
     gates = str(tmp_path / "run-1")
     m0, m1 = GateRelay(gates, 0, "127.0.0.1"), GateRelay(gates, 1, "127.0.0.1")
@@ -155,7 +155,7 @@ def test_machine_namespaces_are_not_labs():
 
 
 def test_a_result_archive_may_hold_only_its_run_directory(tmp_path):
-    from testbed.cluster.sweep import ClusterError, _unpack
+    from testbed.cluster.distributed_sweep import ClusterError, _unpack
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         data = b"x"

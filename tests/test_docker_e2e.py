@@ -33,7 +33,7 @@ def docker():
     if os.geteuid() != 0:
         pytest.skip("needs root (Docker, namespaces)")
     from testbed.container import image
-    from testbed.container.engine import DockerError, client
+    from testbed.container.daemon import DockerError, client
     try:
         c = client(log=print)
     except DockerError as e:

@@ -5,8 +5,8 @@ import math
 import pytest
 
 from testbed import scenario, topology
-from testbed.control import failures as F
-from testbed.control.routing import parse_links, link_dump_message
+from testbed.routing import failures as F
+from testbed.routing.manager import parse_links, link_dump_message
 from testbed.report import failures_frame
 from testbed.report.summary import failure_figures
 

@@ -11,10 +11,10 @@ import pytest
 
 from conftest import datapath_fixtures
 
-from testbed.bench.select import int_costs
+from testbed.bench.next_hop import int_costs
 from testbed.datapath import testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT
-from testbed.telemetry.int import decode
+from testbed.inband.collector import decode
 from testbed.workloads.roce.wire import int_host_stack, int_hops
 
 scapy_all = pytest.importorskip("scapy.all")
@@ -180,14 +180,14 @@ def test_a_flow_within_one_leaf_reports_one_hop_and_is_not_changed(dp, topo):
 
 
 def test_report_layout_matches_the_c_struct():
-    from testbed.telemetry.int import HOP, REPORT
+    from testbed.inband.collector import HOP, REPORT
     assert REPORT.size == 32 and HOP.size == 32
     assert struct.calcsize("<Q4s4sHHBBBBII") == 32
 
 
 def test_cost_of_int_per_hop_against_plain_forwarding(dp, topo, capsys):
     """Per-packet cost of each INT role against the same packet forwarded with INT off, same program, same run
-    (testbed.bench.select.int_costs, also `testbed bench select`)."""
+    (testbed.bench.next_hop.int_costs, also `testbed bench select`)."""
     out = int_costs(dp, topo)
     reports(dp)
     with capsys.disabled():

@@ -13,7 +13,7 @@ from testbed.report.figures import slowdown_buckets
 from testbed.workloads import plan
 from testbed.workloads.fct import IdealFct, ideal_fct_s, path_ports
 from testbed.workloads.sizes import SizeCdf, SizeDistError, read_file, resolve
-from testbed.topology.routing import Router
+from testbed.topology.fibwalk import Router
 
 
 def test_the_named_means_are_the_trapezoid_sums():

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import datapath_fixtures
 
-from testbed.control import engines, routing
+from testbed.routing import algorithms as engines, manager as routing
 from testbed.datapath import testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT, TC_ACT_SHOT
 

@@ -6,8 +6,8 @@ from collections import Counter
 import pytest
 
 from testbed import scenario, topology
-from testbed.control import engines as E
-from testbed.topology.routing import Router
+from testbed.routing import algorithms as E
+from testbed.topology.fibwalk import Router
 
 SHAPES = {
     "fat-tree-k4": {"kind": "fat-tree", "k": 4},

@@ -12,7 +12,7 @@ import pytest
 from testbed import scenario, topology
 from testbed.fabric.port import headroom_warnings, port_configs
 from testbed.scenario import ScenarioError
-from testbed.topology.routing import Router, RoutingError
+from testbed.topology.fibwalk import Router, RoutingError
 from testbed.workloads.flows import plan
 
 FABRIC = ipaddress.ip_network("198.18.0.0/15")

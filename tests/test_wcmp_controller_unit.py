@@ -7,10 +7,10 @@ import pytest
 
 from conftest import datapath_fixtures
 
-from testbed.control import wcmp
+from testbed.lb import wcmp_controller as wcmp
 from testbed.datapath import testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT, TC_ACT_SHOT
-from testbed.telemetry.int import PROBE_PORT, decode
+from testbed.inband.collector import PROBE_PORT, decode
 
 
 def test_one_step_moves_weight_toward_the_lower_signal():

@@ -10,7 +10,7 @@ import pytest
 from conftest import datapath_fixtures
 
 from testbed import scenario
-from testbed.bench.select import mode_costs
+from testbed.bench.next_hop import mode_costs
 from testbed.datapath import hashing, testrun
 from testbed.datapath.testrun import TC_ACT_REDIRECT
 
@@ -95,7 +95,7 @@ def test_per_flowlet_keeps_the_port_within_a_burst(dp, topo, scen):
 
 def test_cost_of_weighted_selection(dp, topo, scen, capsys):
     """Per-packet cost of the WCMP draw (per flow) against ECMP's hash on the same packets, same run
-    (testbed.bench.select, also `testbed bench select`)."""
+    (testbed.bench.next_hop, also `testbed bench select`)."""
     c = mode_costs(dp, topo, {"ecmp": scen.switch.model_copy(update={"load_balancing": "ecmp"}),
                               "wcmp": scen.switch})
     with capsys.disabled():

@@ -49,7 +49,7 @@ def measure(size: int, docker: bool) -> tuple[float, float, dict]:
 def print_docker(sizes: list[int], rounds: int = 3, out=print) -> dict:
     """Measure and print; returns {size: {"ns": (up, down), "docker": (up, down), "containers": s}, "image": s}."""
     from ..container import image
-    from ..container.engine import client
+    from ..container.daemon import client
     client(log=out)
     image.build(log=out)                              # the image the labs use, built once if missing
     res: dict = {}

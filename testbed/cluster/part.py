@@ -103,6 +103,7 @@ class Part:
 
         from .. import telemetry
         from ..fabric.capture import Captures
+        from ..inband.collector import IntCollector
         lab = self.lab
         if lab.scen.capture:
             self.captures = Captures(lab.fabric, list(lab.scen.capture),
@@ -113,7 +114,7 @@ class Part:
                                              resync_classes=not lab.pfc_on)
         self.sampler.start()
         if lab.datapath.int_spec is not None:
-            self.collector = telemetry.IntCollector(lab.datapath, origin)
+            self.collector = IntCollector(lab.datapath, origin)
             self.collector.start()
 
     def check(self) -> None:
@@ -127,10 +128,10 @@ class Part:
         if self.lab is not None:
             self.lab.check()
 
-    # ---- traffic agents (workloads.agents.AgentSet, for this machine's hosts)
+    # ---- traffic agents (workloads.agent_set.AgentSet, for this machine's hosts)
 
     def agents_start(self, hosts: list[str]) -> None:
-        from ..workloads.agents import AgentSet
+        from ..workloads.agent_set import AgentSet
         ctrs = self.lab.containers
         self.agents = AgentSet(hosts, self.lab.fabric.ns.__getitem__,
                                ctrs.containers if ctrs is not None else None).__enter__()
@@ -142,7 +143,7 @@ class Part:
         """This machine's gate directory and relay (cluster/gates.py); returns its TCP endpoint on the underlay."""
         import ray
 
-        from .gates import GateRelay
+        from .gate_relay import GateRelay
         self.relay = GateRelay(gates, machine, ray.util.get_node_ip_address())
         return self.relay.endpoint
 

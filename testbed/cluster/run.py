@@ -127,7 +127,7 @@ class Parts:
 
 
 class RemoteAgents:
-    """workloads.agents.AgentSet's interface over the machines: each machine's actor runs the agents of its own
+    """workloads.agent_set.AgentSet's interface over the machines: each machine's actor runs the agents of its own
     hosts; jobs and results travel through Ray."""
 
     def __init__(self, parts: Parts, machine_of: dict[str, int], hosts: list[str]):
@@ -161,7 +161,7 @@ class RemoteAgents:
         if not paths:
             self._each("agents_jobs", lambda i: ({h: jobs[h] for h in self.by_machine[i]},))
             return
-        from .gates import localize
+        from .gate_relay import localize
         gates = os.path.dirname(paths[0])
         endpoints = dict(zip(self.by_machine, self._each("gates_open", lambda i: (gates, i))))
 
@@ -201,7 +201,7 @@ class RemoteAgents:
 def _merge_int(ints: dict[int, dict], topo, machine_of: dict[str, int], flows) -> tuple[list[dict], dict]:
     """INT from every machine's sinks as one run's: int.csv rows (reports in time order, each hop's time on the
     clock of the machine its switch is on) and the counters added."""
-    from ..telemetry.int import decode, report_rows, run_clock
+    from ..inband.collector import decode, report_rows, run_clock
     clocks = {i: run_clock(x["mono0_ns"], x["wall0"], x["origin"]) for i, x in ints.items()}
     machine_of_id = {sid: machine_of[n] for n, sid in topo.switch_ids.items()}
     reports = sorted(((decode(b), clocks[i]) for i, x in ints.items() for b in x["raw"]),
@@ -608,7 +608,7 @@ def run(scen, address: str, out: str | Path | None = None, source: str = "",
             "failed": failures[0] if failures else None, "profile": scen.profile}
     fail_rows = None
     if scen.failures:
-        from ..control.failures import rows as failure_rows
+        from ..routing.failures import rows as failure_rows
         fail_rows = failure_rows(scen, topo, scheduler.get("applied", []), routing, info.get("timelines") or {},
                                  origin)
     row = report.write_run(outdir, manifest, rows, runner._flow_rows(topo, traffic, used_paths, scen.packet_size),

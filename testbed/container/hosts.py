@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .engine import DockerError, client
+from .daemon import DockerError, client
 from .image import IMAGE, TAG
 from ..procname import proc_start
 

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .engine import DockerError, client
+from .daemon import DockerError, client
 
 IMAGE = "fabric-testbed/host"
 TAG = "latest"

@@ -33,7 +33,7 @@ from . import hashing, kheaders, source
 from ..fabric.port import HOST_LINK_ROLES, N_PRIO, PortConfig, port_configs
 from .int_wire import INT_MAX_HOPS
 from .bccutil import import_bcc, quiet_stderr
-from .errors import DatapathError
+from ..errors import DatapathError
 from . import queue_model
 from .queue_model import drift_resync, ingress_queued, queue_state
 

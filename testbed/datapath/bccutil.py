@@ -6,7 +6,7 @@ import os
 import sys
 import tempfile
 
-from .errors import DatapathError
+from ..errors import DatapathError
 
 
 def import_bcc():

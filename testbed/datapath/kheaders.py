@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .errors import DatapathError
+from ..errors import DatapathError
 
 CACHE_ROOT = Path(os.environ.get("FTB_CACHE_DIR", "/var/cache/fabric-testbed"))
 STUB_VERSION = 1

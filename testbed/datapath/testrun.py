@@ -12,7 +12,7 @@ import errno
 import os
 from dataclasses import dataclass
 
-from .errors import DatapathError
+from ..errors import DatapathError
 
 _NR_BPF = {"x86_64": 321, "aarch64": 280, "riscv64": 280, "ppc64le": 361, "s390x": 351}
 BPF_PROG_TEST_RUN = 10

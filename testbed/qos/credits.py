@@ -42,7 +42,7 @@ from ..datapath.queue_model import CTL_VQ_CREDIT, ingress_queued
 from ..fabric.netlink import TbfBucket
 from ..fabric.port import ETH_HLEN, N_PRIO
 from ..topology import TIERS
-from .frames import CREDIT_OPCODE, ETH_P_MACCTL, KICK_LEN, PFC_DST
+from .mac_control import CREDIT_OPCODE, ETH_P_MACCTL, KICK_LEN, PFC_DST
 
 TICK_LIMIT_S = 200.0            # a bucket of B bytes at the meter's rate is B/rate seconds: keep it in a u32 of ticks
 MIN_METER_BPS = 8000            # the meter's token rate: refills ≤ 1 byte per ms

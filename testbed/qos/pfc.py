@@ -31,7 +31,7 @@ from ..fabric import netns
 from ..helper import ForkedHelper, wait_readable, write_result
 from ..fabric.netlink import QdiscStats, qdisc_get_message, qdisc_stats, tbf_change_message
 from ..fabric.port import ETH_HLEN, N_PRIO, PortConfig
-from .frames import ETH_P_KICK, ETH_P_MACCTL, KICK_LEN, PFC_DST, PFC_OPCODE
+from .mac_control import ETH_P_KICK, ETH_P_MACCTL, KICK_LEN, PFC_DST, PFC_OPCODE
 
 SOL_PACKET = 263
 PACKET_QDISC_BYPASS = 20

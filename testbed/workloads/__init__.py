@@ -19,7 +19,7 @@ import tempfile
 import time
 from typing import Callable, Optional
 
-from .agents import AgentSet, WorkloadError
+from .agent_set import AgentSet, WorkloadError
 from .engines import ENGINES
 from .flows import Flow, derangement, offered_mbps, plan
 from .gating import Dependencies, gates_dir

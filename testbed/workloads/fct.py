@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from ..topology.routing import Router
+from ..topology.fibwalk import Router
 from .engines import ENGINES
 
 ETH_HLEN = 14

@@ -10,13 +10,13 @@ both ends when either end goes down). Two jobs:
 - **Routing**:
   - ``switch.routing: distributed`` — the reaction a routing protocol converges to, computed right after the
     notification: per (switch, leaf prefix) the ECMP group of the shortest valley-free paths over the links that
-    are up (engines.prefix_groups). Where that differs from the topology's FIB more than the local failover
+    are up (algorithms.prefix_groups). Where that differs from the topology's FIB more than the local failover
     already covers (the switch's own dead ports), an override entry (the leaf's /24) is written into ``fib``;
     when the link comes back the override goes. A spine that lost its link to leaf X gets an empty group for X
     (withdrawn) and every other switch stops sending X's traffic to it.
   - ``switch.routing: sm`` — a subnet manager: every ``switch.sm.sweep_interval`` it reads every switch's port
     states (one RTM_GETLINK dump per switch namespace: the sweep), and when they changed it recomputes the
-    tables with its engine (engines.py: minhop, updn, ftree) and writes the entries that differ — a /32 per
+    tables with its engine (algorithms.py: minhop, updn, ftree) and writes the entries that differ — a /32 per
     (switch, destination NIC) with the port(s) the engine chose. Until a sweep has seen a failure, packets for
     a dead single-port entry are dropped (``port_down``), as in an InfiniBand subnet between a link going down
     and the SM's re-route.
@@ -46,8 +46,8 @@ import time
 
 from ..errors import HelperFailed
 from ..fabric import netns
-from ..topology.routing import Router
-from . import engines
+from ..topology.fibwalk import Router
+from . import algorithms
 from ..datapath import fill_group
 from ..helper import ForkedHelper, wait_readable, write_result
 
@@ -111,7 +111,7 @@ def _delete(t, sid: int, addr: int, plen: int) -> None:
     del t[k]
 
 
-def table_diff(old: engines.Tables, new: engines.Tables) -> tuple[dict, set]:
+def table_diff(old: algorithms.Tables, new: algorithms.Tables) -> tuple[dict, set]:
     """What brings the SM tables ``old`` to ``new``: the (switch, destination) entries to write (their ports
     differ or are new) and those to delete."""
     return {k: p for k, p in new.items() if old.get(k) != p}, old.keys() - new.keys()
@@ -136,7 +136,7 @@ def apply_tables(bpf, topo, puts: dict, dels, max_nh: int = 16, switches: set | 
     return len(puts) + len(dels)
 
 
-def write_tables(bpf, topo, old: engines.Tables, new: engines.Tables, max_nh: int = 16,
+def write_tables(bpf, topo, old: algorithms.Tables, new: algorithms.Tables, max_nh: int = 16,
                  switches: set | None = None) -> int:
     """Bring the FIB from the SM tables ``old`` to ``new``: write every (switch, destination) /32 whose ports
     differ, delete those ``new`` no longer has. Returns the entries written or deleted; ``switches`` (if given)
@@ -152,15 +152,15 @@ class Distributed:
         self.topo = topo
         self.local = set(topo.switches) if local is None else set(local)
         self.router = Router(topo)
-        self.prefixes = engines.leaf_prefixes(topo)
+        self.prefixes = algorithms.leaf_prefixes(topo)
         self.exact = {(e.switch, e.prefix, e.plen): tuple(e.ports) for e in topo.fib if e.switch in self.local}
-        healthy = engines.prefix_groups(engines.graph(topo), list(self.prefixes))
+        healthy = algorithms.prefix_groups(algorithms.graph(topo), list(self.prefixes))
         self.reach = {k for k, v in healthy.items() if v}     # pairs that have a route at all (rails: planes)
 
     def overrides(self, down) -> dict[tuple[str, str, int], tuple[int, ...]]:
         """(switch, prefix, plen) → group, where the valley-free ECMP group over the live links differs from the
         topology's group minus the switch's own dead ports (which the datapath skips by itself)."""
-        groups = engines.prefix_groups(engines.graph(self.topo, down), list(self.prefixes))
+        groups = algorithms.prefix_groups(algorithms.graph(self.topo, down), list(self.prefixes))
         out = {}
         for (s, leaf), ports in groups.items():
             if (s, leaf) not in self.reach or s not in self.local:
@@ -328,7 +328,7 @@ class _Agent:
         self.sweeps = 0
         self.late_sweeps = 0
         self.sweep_s: list[float] = []
-        self.tables: engines.Tables = {}
+        self.tables: algorithms.Tables = {}
         self.dist = None if self.sm else Distributed(owner.whole, set(self.topo.switches))
         self.overrides: dict = {}
         self.peers: list[tuple[str, int]] = []     # the other machines' agents (flooding)
@@ -508,7 +508,7 @@ class _Agent:
         t0 = time.perf_counter()
         down = self._down(view)
         if self.sm:
-            new = engines.compute(self.engine, engines.graph(self.whole, down), multipath=self.multipath,
+            new = algorithms.compute(self.engine, algorithms.graph(self.whole, down), multipath=self.multipath,
                                   prev=self.tables or None)
         else:
             new = self.dist.overrides(down)

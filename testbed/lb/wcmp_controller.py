@@ -29,7 +29,7 @@ import time
 
 from ..errors import HelperFailed
 from ..fabric import netns
-from ..telemetry.int import PROBE_PORT
+from ..inband.collector import PROBE_PORT
 from ..telemetry.periodic import run_every
 
 GAIN = 0.1            # exponent of the multiplicative update: a tenth of the log-ratio per interval (damping)

@@ -1,0 +1,1 @@
+"""In-band network telemetry (INT): the reports the sinks export, decoded into hop records."""
