@@ -38,12 +38,12 @@ def nice_factors():
         k *= 10
 
 
-def auto_factor(doc: dict, cores: int, topology_model) -> int:
+def auto_factor(doc: dict, cores: int) -> int:
     """The smallest nice N at which every host NIC sending at line rate stays within the engines' budget
-    (``doc``: the scenario as written; its topology and traffic sections are read in real units;
-    ``topology_model``: the schema of its topology section)."""
+    (``doc``: the scenario as written; its topology and traffic sections are read in real units)."""
     from .topology import build
-    topo = topology_model.model_validate((doc or {}).get("topology") or {})
+    from .topology.spec import TopologySpec
+    topo = TopologySpec.model_validate((doc or {}).get("topology") or {})
     traffic = (doc or {}).get("traffic") or {}
     pkt = int(traffic.get("packet_size") or topo.mtu)
     pps = len(build(topo).hosts) * topo.rails * topo.host_link.rate / (8 * pkt)

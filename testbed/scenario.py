@@ -9,7 +9,6 @@ from __future__ import annotations
 import builtins
 import copy
 import re
-from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
@@ -18,334 +17,28 @@ from pydantic import (BeforeValidator, Field, PrivateAttr, ValidationError,
                       model_validator)
 
 from . import dilation, profiles, units
-from .spec_types import (Delay, NodeName, Rate, Ratio, ScenarioError, Size, Strict, Time, unit as _unit,
-                         whole_us as _whole_us)
-from .datapath.int_wire import INT_HEADER_BYTES, INT_HOP_BYTES, INT_MAX_HOPS
+from .spec_types import NodeName, Rate, ScenarioError, Size, Strict, Time, unit as _unit
+from .datapath.int_wire import INT_HEADER_BYTES, INT_HOP_BYTES
+from .inband.spec import IntSpec
+from .lb.spec import AdaptiveSpec, DlbSpec, WcmpSpec
+from .qos.spec import (CreditSpec, EcnMap, EcnSpec, PfcSpec, QosSpec, ResolvedQos, SharedBufferSpec,
+                       TrafficClassSpec, TrimSpec)
+from .routing.spec import FailureSpec, SmSpec
 from .topology.model import TIERS
+from .topology.spec import TopologySpec
+from .inband import checks as inband_checks
+from .lb import checks as lb_checks
+from .qos import checks as qos_checks
+from .routing import checks as routing_checks
+
+#: every mechanism family's cross-field checks, run on the whole scenario once its sections are valid
+MECHANISM_CHECKS = (qos_checks.pfc_does_something, qos_checks.shared_buffer_fits, inband_checks.int_fits,
+                    qos_checks.trim_can_trim, lb_checks.wcmp_source_fits, routing_checks.failures_fit)
 
 
-class LinkSpec(Strict):
-    rate: Rate = units.rate_bps("100mbit")
-    buffer: Size = units.size_bytes("256KB")
-    # One-way propagation delay of the link (each direction), e.g. 50us. Emulated with netem under the shaping
-    # qdisc, so it needs a kernel with sch_netem (`testbed doctor`: netem) — a distribution kernel or the VM.
-    delay: Delay = 0
-
-    @model_validator(mode="after")
-    def _delay_in_us(self):
-        _whole_us(self.delay)
-        return self
-
-
-class LinkOverrideSpec(Strict):
-    """One ``topology.links`` entry: the link between two nodes (both directions) gets these instead of its
-    kind's host_link / fabric_link values — a degraded or slower link, an asymmetric fabric."""
-    between: tuple[NodeName, NodeName]
-    rate: Optional[Rate] = None
-    buffer: Optional[Size] = None
-    delay: Optional[Delay] = None
-    weight: Optional[int] = Field(None, ge=1, le=65535)   # stored on the link and its ports for a later WCMP
-
-    @model_validator(mode="after")
-    def _says_something(self):
-        _whole_us(self.delay)
-        if self.rate is None and self.buffer is None and self.delay is None and self.weight is None:
-            raise ValueError("give at least one of rate, buffer, delay, weight for this link")
-        return self
-
-
-#: Keys that only some kinds use, with each kind's defaults (a key another kind uses must stay unset there).
-_KIND_KEYS = {
-    "leaf-spine": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2},
-    "clos3": {"pods": 2, "leaves_per_pod": 2, "spines_per_pod": 2, "cores": 2, "planes": 1, "hosts_per_leaf": 2},
-    "fat-tree": {"k": None, "oversubscription": "1:1", "hosts_per_leaf": None},
-}
-_WHY_NOT = {"fat-tree": "k sets every count of a fat-tree", "clos3": "use pods, leaves_per_pod, spines_per_pod, "
-            "cores, planes, hosts_per_leaf", "leaf-spine": "use spines, leaves, hosts_per_leaf"}
-
-
-class TopologySpec(Strict):
-    kind: Literal["leaf-spine", "clos3", "fat-tree"] = "leaf-spine"
-    # leaf-spine (spines and leaves per rail)
-    spines: Optional[int] = Field(None, ge=1, le=64)
-    leaves: Optional[int] = Field(None, ge=1, le=256)
-    hosts_per_leaf: Optional[int] = Field(None, ge=1, le=253)      # every kind; fat-tree: k/2
-    rails: int = Field(1, ge=1, le=8)
-    rails_share_spines: bool = False      # rails' leaves share one spine layer (SuperPOD); default: planes
-    # fat-tree
-    k: Optional[int] = Field(None, ge=4, le=16)
-    oversubscription: Optional[Ratio] = None    # a:b hosts to uplinks per leaf; removes uplinks (clos.py)
-    # clos3
-    pods: Optional[int] = Field(None, ge=1, le=64)
-    leaves_per_pod: Optional[int] = Field(None, ge=1, le=64)
-    spines_per_pod: Optional[int] = Field(None, ge=1, le=64)
-    cores: Optional[int] = Field(None, ge=1, le=256)
-    planes: Optional[int] = Field(None, ge=1, le=64)       # core planes; spine a of a pod → plane a mod planes
-    mtu: int = Field(1500, ge=576, le=9000)
-    host_link: LinkSpec = LinkSpec()
-    fabric_link: LinkSpec = LinkSpec()
-    links: list[LinkOverrideSpec] = []
-    offloads: bool = False
-
-    @model_validator(mode="before")
-    @classmethod
-    def _kind_defaults(cls, data):
-        """Fill the defaults of the keys this kind uses, so that the resolved scenario shows them and the keys
-        of other kinds stay None (and are refused when given)."""
-        if not isinstance(data, dict):
-            return data
-        own = _KIND_KEYS.get(data.get("kind", "leaf-spine"))
-        if own is None:
-            return data                   # an unknown kind: the field says so
-        data = dict(data)
-        for key, value in own.items():
-            if data.get(key) is None:
-                data[key] = value
-        k = data.get("k")
-        if "k" in own and data.get("hosts_per_leaf") is None and isinstance(k, int) and not isinstance(k, bool):
-            data["hosts_per_leaf"] = k // 2
-        return data
-
-    @model_validator(mode="after")
-    def _fits_kind(self):
-        own = _KIND_KEYS[self.kind]
-        for key in ("spines", "leaves", "k", "oversubscription", "pods", "leaves_per_pod", "spines_per_pod",
-                    "cores", "planes"):
-            if key not in own and getattr(self, key) is not None:
-                raise ValueError(f"{key}: not a key of kind {self.kind} ({_WHY_NOT[self.kind]})")
-        if self.kind != "leaf-spine" and self.rails != 1:
-            raise ValueError(f"rails: multi-rail hosts are a leaf-spine layout (kind {self.kind} gives each host "
-                             f"one NIC), got {self.rails}")
-        if self.rails_share_spines and self.kind != "leaf-spine":
-            raise ValueError(f"rails_share_spines: rails are a leaf-spine layout, got kind {self.kind}")
-        if self.rails_share_spines and self.rails < 2:
-            raise ValueError("rails_share_spines: needs rails ≥ 2 (one rail has no other rail to share spines "
-                             f"with), got rails: {self.rails}")
-        if self.kind == "leaf-spine":
-            from .topology import max_leaves_per_rail
-            limit = max_leaves_per_rail(self.rails)
-            if self.leaves > limit:
-                raise ValueError(f"leaves: at most {limit} leaves per rail fit the address plan with "
-                                 f"{self.rails} rail(s), got {self.leaves}")
-        elif self.kind == "fat-tree":
-            self._fat_tree()
-        else:
-            self._clos3()
-        self._links_exist()
-        return self
-
-    def _fat_tree(self) -> None:
-        from .topology.clos import fat_tree_uplinks
-        k = self.k
-        if k is None:
-            raise ValueError("k: kind fat-tree needs k (even, 4–16: k pods, k³/4 hosts)")
-        if k % 2:
-            raise ValueError(f"k: must be even, got {k}")
-        if self.hosts_per_leaf != k // 2:
-            raise ValueError(f"hosts_per_leaf: a fat-tree of k = {k} has k/2 = {k // 2} hosts per leaf (leave the "
-                             f"key out), got {self.hosts_per_leaf}")
-        up = fat_tree_uplinks(k, self.oversubscription_ratio)
-        if up < 1:
-            raise ValueError(f"oversubscription: {self.oversubscription} leaves no uplink (k/2 = {k // 2} uplinks "
-                             f"per leaf ÷ {self.oversubscription_ratio} = {up})")
-        if up.denominator != 1:
-            raise ValueError(f"oversubscription: {self.oversubscription} does not leave a whole number of uplinks "
-                             f"(k/2 = {k // 2} ÷ {self.oversubscription_ratio} = {up}); use a ratio that divides "
-                             f"{k // 2}, e.g. {k // 2}:1")
-
-    def _clos3(self) -> None:
-        from .topology.clos import MAX_SLASH24, shape
-        if self.planes > self.spines_per_pod or self.spines_per_pod % self.planes:
-            raise ValueError(f"planes: must divide spines_per_pod ({self.spines_per_pod}), got {self.planes}")
-        if self.cores % self.planes:
-            raise ValueError(f"cores: must be a multiple of planes ({self.planes}), got {self.cores}")
-        sh = shape(self)
-        if sh.slash24s > MAX_SLASH24:
-            raise ValueError(f"pods: {self.pods} pods × {1 << sh.leaf_bits} leaf /24s (leaves_per_pod rounded up "
-                             f"to a power of two) do not fit 198.18.0.0/15 ({MAX_SLASH24} /24s), got {self.pods}")
-
-    def _links_exist(self) -> None:
-        """Every ``links`` entry names two nodes of this topology that a link joins, once."""
-        if not self.links:
-            return
-        from .topology import build, node_names
-        names = set(node_names(self))
-        seen: dict[frozenset, int] = {}
-        linked = None
-        for i, o in enumerate(self.links):
-            a, b = o.between
-            where = f"@topology.links.{i}.between"
-            for n in (a, b):
-                if n not in names:
-                    raise ValueError(f"{where}: no node {n!r} in this topology")
-            if a == b:
-                raise ValueError(f"{where}: a link joins two different nodes, got [{a}, {b}]")
-            pair = frozenset((a, b))
-            if pair in seen:
-                raise ValueError(f"{where}: {a}–{b} is already overridden by topology.links.{seen[pair]}")
-            seen[pair] = i
-            if linked is None:
-                linked = {frozenset((ln.a.node, ln.b.node)) for ln in build(self).links}
-            if pair not in linked:
-                raise ValueError(f"{where}: {a} and {b} are not linked")
-
-    @property
-    def oversubscription_ratio(self) -> Fraction:
-        a, _, b = (self.oversubscription or "1:1").partition(":")
-        return Fraction(int(a), int(b))
-
-    @property
-    def tiers(self) -> tuple[str, ...]:
-        """The switch tiers this kind has (the keys switch.tiers may use)."""
-        return TIERS[:2] if self.kind == "leaf-spine" else TIERS
-
-    @property
-    def path_switches(self) -> int:
-        """Switches on the longest host-to-host path (up every tier and down again)."""
-        return 2 * len(self.tiers) - 1
-
-    @property
-    def hosts(self) -> int:
-        if self.kind == "leaf-spine":
-            return self.leaves * self.hosts_per_leaf
-        from .topology.clos import shape
-        s = shape(self)
-        return s.pods * s.leaves * s.hosts
-
-
-Priority = Annotated[int, Field(ge=0, le=7)]
 ROCE_DSCP = 26                  # AF31: the DSCP RoCE NICs mark by default
 
 
-class TrafficClassSpec(Strict):
-    """DSCP → priority (0..7) and which priorities are lossless (PFC protects them; they are never tail-dropped
-    by the switch program). DSCPs not listed map to ``default``."""
-    dscp: dict[Annotated[int, Field(ge=0, le=63)], Priority] = {}
-    default: Priority = 0
-    lossless: list[Priority] = []
-
-
-class EcnSpec(Strict):
-    """RED/DCQCN marking curve of one egress queue: P(mark) = 0 below kmin, linear up to pmax at kmax, 1 above."""
-    kmin: Size
-    kmax: Size
-    pmax: float = Field(0.1, ge=0.0, le=1.0)
-
-    @model_validator(mode="after")
-    def _order(self):
-        if self.kmax < self.kmin:
-            raise ValueError(f"kmax: must be ≥ kmin ({self.kmin} bytes), got {self.kmax}")
-        return self
-
-
-class PfcSpec(Strict):
-    """PFC of the lossless priorities: Xoff/Xon thresholds on the bytes that arrived on one ingress port (per
-    priority) and are still queued in the switch, headroom per ingress port for what arrives after Xoff."""
-    enabled: bool = False
-    xoff: Size = units.size_bytes("32KB")
-    xon: Size = units.size_bytes("16KB")
-    headroom: Size = units.size_bytes("48KB")
-
-    @model_validator(mode="after")
-    def _order(self):
-        if self.xon > self.xoff:
-            raise ValueError(f"xon: must be ≤ xoff ({self.xoff} bytes), got {self.xon}")
-        return self
-
-
-class CreditSpec(Strict):
-    """Credit-based link-level flow control of the lossless priorities, as InfiniBand does per virtual lane: the
-    receiving port grants the sender its free buffer (in `block`s), the sender transmits only what it was
-    granted, grants are renewed every `update_interval` as the receiver's queues drain. Lossless by
-    construction, with no round-trip headroom (testbed/control/credits.py)."""
-    enabled: bool = False
-    block: Size = 64                                  # credit granularity (bytes)
-    update_interval: Annotated[int, *_unit(units.time_ns), Field(ge=100_000)] = units.time_ns("1ms")
-    buffer: Optional[Size] = None                     # receive buffer per ingress and lane; None = the queue buffer
-
-
-class SharedBufferSpec(Strict):
-    """One buffer shared by all queues of a switch, with dynamic thresholds (Broadcom-style MMU, as the HPCC
-    simulator models it): a queue may hold at most alpha × the free shared space, PFC Xoff of a lossless ingress
-    follows the same rule, and `headroom` is reserved per lossless ingress (port, priority) for what arrives
-    after Xoff. The shared pool is `size` minus those reservations."""
-    size: Size
-    alpha: float = Field(1.0, gt=0.0, le=64.0)
-    headroom: Optional[Size] = None                   # per lossless ingress; None = switch.pfc.headroom
-    xon_offset: Size = units.size_bytes("3KB")        # Xon once the ingress is this far below the threshold
-
-
-class TrimSpec(Strict):
-    """Packet trimming (as UEC switches do): a RoCEv2 packet of a lossy priority that would overflow its egress
-    queue, or find it deeper than `threshold`, is cut to its headers (IP + UDP + 64 bytes: BTH and the transport
-    header), flagged (BTH byte 4, bit 0x20) and sent on `priority`, so its receiver learns of the loss at once
-    instead of after a timeout (ebpf/lib/trim.h)."""
-    enabled: bool = False
-    threshold: Optional[Size] = None                  # queue depth that trims; None = the port's buffer
-    priority: Priority = 7                            # where trimmed headers go (a lossy priority of their own)
-
-
-EcnMap = Union[EcnSpec, dict[Priority, EcnSpec], None]
-
-
-class QosSpec(Strict):
-    """Buffers, traffic classes, ECN and PFC of one tier's switches (what `switch.tiers.<tier>` overrides)."""
-    buffer: Optional[Size] = None               # per port; None = the link's `buffer`
-    traffic_classes: Optional[TrafficClassSpec] = None
-    ecn: EcnMap = None                          # one curve for every priority, or {priority: curve}
-    pfc: Optional[PfcSpec] = None
-    credit: Optional[CreditSpec] = None
-    shared_buffer: Optional[SharedBufferSpec] = None
-    trim: Optional[TrimSpec] = None
-
-
-class AdaptiveSpec(Strict):
-    """Adaptive routing (``load_balancing: adaptive``): take the least loaded allowed egress port."""
-    granularity: Literal["packet", "flowlet"] = "packet"    # choose per packet (reorders) or per flowlet
-    metric: Literal["queue", "load", "queue+load"] = "queue"   # queued bytes, recent tx bytes, or their sum
-    flowlet_timeout: Optional[Time] = None                  # granularity flowlet; None = switch.flowlet_timeout
-    load_window: Annotated[int, *_unit(units.time_ns), Field(gt=0)] = units.time_ns("20ms")   # the load metric's memory:
-                                                    # many packets long (1 ms at 40 Mbit/s held 3: noise)
-
-
-class WcmpSpec(Strict):
-    """Weighted-cost multipath (``load_balancing: wcmp``): each next-hop group becomes a table of `slots` entries
-    in which every member appears in proportion to its weight, as switch ASICs replicate members; a flow (hash),
-    a flowlet or a packet draws one entry. `source: static` takes the weights from `topology.links[].weight`;
-    `int` and `load`: the WCMP controller (testbed/control/wcmp.py) sets each source leaf's weights every
-    `interval` from the INT path delays or the ports' tx rates."""
-    source: Literal["static", "int", "load"] = "static"
-    granularity: Literal["flow", "flowlet", "packet"] = "flowlet"
-    slots: int = Field(64, ge=2, le=255)
-    interval: Annotated[int, *_unit(units.time_ns), Field(ge=1_000_000)] = units.time_ns("10ms")
-
-
-class DlbSpec(Strict):
-    """Dynamic load balancing (``load_balancing: dlb``, Broadcom style): every egress port has a quality band
-    0 (best) .. bands − 1 from its quantised recent load (a fraction of `load_window`) and its quantised queue
-    depth (drain time as a fraction of its buffer's), combined as a mean weighted by `load_weight` and
-    `queue_weight`; a flow idle longer than `inactivity` starts a new flowlet on a port of the best band, and
-    keeps that port while its gaps stay shorter (unless the port loses its link)."""
-    inactivity: Time = units.time_ns("100us")
-    load_weight: int = Field(1, ge=0, le=1000)
-    queue_weight: int = Field(1, ge=0, le=1000)
-    bands: int = Field(8, ge=2, le=16)
-    load_window: Annotated[int, *_unit(units.time_ns), Field(gt=0)] = units.time_ns("20ms")   # the load's memory
-
-    @model_validator(mode="after")
-    def _weights(self):
-        if self.load_weight == 0 and self.queue_weight == 0:
-            raise ValueError("load_weight and queue_weight are both 0: nothing ranks the ports "
-                             "(give one a weight ≥ 1)")
-        return self
-
-
-class SmSpec(Strict):
-    """Subnet-manager routing (``switch.routing: sm``): the routing engine and how often the SM sweeps the
-    fabric's link state (testbed/control/routing.py)."""
-    engine: Literal["minhop", "updn", "ftree"] = "minhop"
-    sweep_interval: Annotated[int, *_unit(units.time_ns), Field(ge=1_000_000)] = \
-        units.time_ns("10ms")
 
 
 class SwitchSpec(Strict):
@@ -420,39 +113,6 @@ class SwitchSpec(Strict):
         """The priority trimmed headers travel on (every switch of ``tiers`` classifies them to it), or None when
         no tier trims. One for the fabric: Scenario refuses tiers that disagree."""
         return next((self.qos(t).trim.priority for t in tiers if self.qos(t).trim.enabled), None)
-
-
-class ResolvedQos(Strict):
-    buffer: Optional[int]
-    traffic_classes: TrafficClassSpec
-    ecn: dict[int, EcnSpec]
-    pfc: PfcSpec
-    credit: CreditSpec
-    shared_buffer: Optional[SharedBufferSpec] = None
-    trim: TrimSpec = TrimSpec()
-
-    @property
-    def headroom(self) -> int:
-        """Bytes reserved per lossless ingress out of a shared buffer (0 when nothing is lossless)."""
-        sb = self.shared_buffer
-        if not (sb and self.lossless):
-            return 0
-        return sb.headroom if sb.headroom is not None else self.pfc.headroom
-
-    @property
-    def flow_control(self) -> Optional[str]:
-        """What keeps the lossless priorities lossless: "pfc", "credit" or None (then they are lossy)."""
-        return "pfc" if self.pfc.enabled else "credit" if self.credit.enabled else None
-
-    @property
-    def lossless(self) -> list[int]:
-        """The priorities flow control protects (`traffic_classes.lossless` where PFC or credits are on)."""
-        return list(self.traffic_classes.lossless) if self.flow_control else []
-
-    def priorities(self) -> list[int]:
-        tc = self.traffic_classes
-        trim = [self.trim.priority] if self.trim.enabled else []      # trimmed headers' queue and class
-        return sorted({tc.default, *tc.dscp.values(), *tc.lossless, *trim})
 
 
 def _image_name(v):
@@ -752,51 +412,6 @@ class TrafficSpec(Strict):
         return [JobSpec(pattern="allreduce", bytes=self.flow_size)]
 
 
-class FailureSpec(Strict):
-    """One ``failures`` entry: at ``at`` (after the traffic's t0, the instant flows start) a link or a switch
-    goes down or up, or a link's rate changes (both directions)."""
-    at: Time
-    link: Optional[tuple[NodeName, NodeName]] = None
-    node: Optional[NodeName] = None
-    state: Optional[Literal["down", "up"]] = None
-    rate: Optional[Rate] = None
-
-    @model_validator(mode="after")
-    def _one_target_one_change(self):
-        if (self.link is None) == (self.node is None):
-            raise ValueError("link: give either link: [a, b] or node: <switch>, not both or neither")
-        if (self.state is None) == (self.rate is None):
-            raise ValueError("state: give either state: down|up or rate: <new rate>, not both or neither")
-        if self.node is not None and self.rate is not None:
-            raise ValueError("rate: applies to a link (a switch has no rate of its own); use link: [a, b]")
-        return self
-
-    @property
-    def target(self) -> str:
-        return "-".join(self.link) if self.link else self.node
-
-    @property
-    def change(self) -> str:
-        return self.state if self.state else f"rate {self.rate}bit"
-
-
-
-
-class IntSpec(Strict):
-    """In-band network telemetry (INT-MD over UDP, docs/int.md): the first switch marks every `sample`-th UDP
-    packet of a flow, every switch pushes its hop record, the last switch strips the stack and exports it.
-    Links between switches carry `fabric_mtu` (default: the topology's MTU plus the largest stack), so a
-    full-sized packet always has room; a packet that would exceed it is not instrumented (counted)."""
-    enabled: bool = False
-    sample: int = Field(1, ge=1, le=1_000_000)
-    max_hops: int = Field(INT_MAX_HOPS, ge=1, le=INT_MAX_HOPS)
-    fabric_mtu: Optional[int] = Field(None, ge=576, le=9216)
-
-    def room(self) -> int:
-        """Bytes the largest stack adds to a packet."""
-        return INT_HEADER_BYTES + self.max_hops * INT_HOP_BYTES
-
-
 class TelemetrySpec(Strict):
     # builtins.int: the field `int` below shadows the name in this class's (deferred) annotations
     interval: Annotated[builtins.int, *_unit(units.time_ns), Field(ge=10_000_000)] = units.time_ns("100ms")
@@ -895,12 +510,8 @@ class Scenario(Strict):
                 raise ValueError(f"@switch.tiers.{tier}: this topology has no {tier} switches "
                                  f"(kind {self.topology.kind}: {', '.join(self.topology.tiers)})")
         self._rail_shift_crosses()
-        self._pfc_does_something()
-        self._shared_buffer_fits()
-        self._int_fits()
-        self._trim_can_trim()
-        self._wcmp_source_fits()
-        self._failures_fit()
+        for check in MECHANISM_CHECKS:
+            check(self)
         self._docker_hosts_fit()
         for a, b in self.traffic.pairs:
             if a == b:
@@ -935,64 +546,6 @@ class Scenario(Strict):
             raise ValueError(f"@traffic.rail_shift: cross-rail flows need topology.rails_share_spines: true "
                              f"(separate rail planes are not connected), got {shift}")
 
-    def _shared_buffer_fits(self) -> None:
-        """A shared buffer must leave a pool after every lossless ingress's headroom, and credits advertise a
-        fixed per-ingress buffer, which a shared pool does not have."""
-        sw = self.switch
-        if not sw.shared_buffer_on:
-            return
-        from .topology import build
-        topo = build(self.topology)
-        for tier in self.topology.tiers:
-            q = sw.qos(tier)
-            sb = q.shared_buffer
-            if sb is None:
-                continue
-            o = sw.tiers.get(tier)
-            where = f"switch.tiers.{tier}.shared_buffer" if o and o.shared_buffer is not None else "switch.shared_buffer"
-            if q.credit.enabled:
-                raise ValueError(f"@{where}: credit flow control grants a fixed buffer per ingress; a shared buffer "
-                                 f"with dynamic thresholds is supported with PFC or lossy queues only")
-            ports = max(len(topo.ports[s]) for s in topo.switches if topo.nodes[s].kind == tier)
-            reserved = ports * len(q.lossless) * q.headroom
-            if sb.size <= reserved + 2 * (self.topology.mtu + 14):
-                raise ValueError(f"@{where}.size: {sb.size} bytes leave no shared pool after the headroom reserved "
-                                 f"for {ports} ports × {len(q.lossless)} lossless priorities × {q.headroom} bytes "
-                                 f"= {reserved} bytes ({tier} switches); raise size or lower headroom")
-
-    def _failures_fit(self) -> None:
-        """Every failure names switches or linked nodes of this topology and happens while the traffic runs."""
-        if not self.failures:
-            return
-        from .topology import build, node_names
-        names = set(node_names(self.topology))
-        linked = None
-        if self.traffic.engine == "rxe":
-            raise ValueError("@failures: not with traffic.engine rxe (perftest keeps its own clock); use udp, tcp "
-                             "or roce")
-        for i, f in enumerate(self.failures):
-            where = f"failures.{i}"
-            if f.at >= self.duration:
-                raise ValueError(f"@{where}.at: {f.at / 1e9:g} s is not within the run's duration "
-                                 f"({self.duration / 1e9:g} s after the traffic starts)")
-            for n in (f.link or (f.node,)):
-                if n not in names:
-                    raise ValueError(f"@{where}.{'link' if f.link else 'node'}: no node {n!r} in this topology")
-            if f.node is not None and f.node.startswith("h"):
-                raise ValueError(f"@{where}.node: {f.node} is a host; a node failure takes a switch down "
-                                 f"(use link: [{f.node}, <its leaf>] for a host's link)")
-            if f.link is not None:
-                a, b = f.link
-                if a == b:
-                    raise ValueError(f"@{where}.link: a link joins two different nodes, got [{a}, {b}]")
-                if linked is None:
-                    linked = {frozenset((ln.a.node, ln.b.node)) for ln in build(self.topology).links}
-                if frozenset((a, b)) not in linked:
-                    raise ValueError(f"@{where}.link: {a} and {b} are not linked")
-            if f.rate is not None and self.switch.classes_on:
-                raise ValueError(f"@{where}.rate: a rate change re-shapes a single-queue port; ports with traffic "
-                                 f"classes (switch.traffic_classes / pfc) are not supported")
-
     @property
     def packet_size(self) -> int:
         """The IP packet size the traffic engines send: `traffic.packet_size`, or the topology's MTU."""
@@ -1021,132 +574,6 @@ class Scenario(Strict):
         bytes travel to the receiving host as real bytes on the links (as HPCC's INT does)."""
         h = self.host_int_hops
         return self.topology.mtu + (INT_HEADER_BYTES + h * INT_HOP_BYTES if h else 0)
-
-    def _wcmp_source_fits(self) -> None:
-        """Measured WCMP weights need what they are measured from, and routes the controller may weigh."""
-        sw = self.switch
-        if sw.load_balancing != "wcmp" or sw.wcmp.source == "static":
-            return
-        if sw.wcmp.source == "int" and not self.telemetry.int.enabled:
-            raise ValueError("@switch.wcmp.source: int weighs paths by their INT delays: set "
-                             "telemetry.int.enabled: true (or use source: load)")
-        if sw.routing == "sm":
-            raise ValueError(f"@switch.wcmp.source: {sw.wcmp.source} weights are set by the WCMP controller on "
-                             f"distributed routing's groups; switch.routing: sm programs one port per destination")
-
-    def _int_fits(self) -> None:
-        """INT marks the packets that carry a stack with DSCP bit 0 (value 1): traffic that uses odd DSCPs would
-        be mistaken for it, and a fabric MTU below the hosts' would drop their full-sized packets. HPCC's stacks
-        (host stacks) read consecutive records of one path, so its flows keep one entropy value."""
-        i = self.telemetry.int
-        hpcc = self.traffic.cc == "hpcc"
-        if not i.enabled and not hpcc:
-            return
-        why = "INT marks" if i.enabled else "traffic.cc hpcc carries INT stacks and marks"
-        if hpcc and self.traffic.roce.entropy != "qp":
-            raise ValueError(f"@traffic.roce.entropy: hpcc computes each hop's rate from consecutive INT records "
-                             f"of one path; entropy {self.traffic.roce.entropy!r} sends a flow's packets over "
-                             f"several paths (use qp)")
-        if i.enabled and i.fabric_mtu is not None and i.fabric_mtu < self.topology.mtu:
-            raise ValueError(f"@telemetry.int.fabric_mtu: {i.fabric_mtu} is below topology.mtu "
-                             f"({self.topology.mtu}): links between switches would drop full-sized packets")
-        odd = sorted({d for t in self.topology.tiers for d in self.switch.qos(t).traffic_classes.dscp if d & 1})
-        if odd:
-            raise ValueError(f"@switch.traffic_classes.dscp: {why} instrumented packets with DSCP bit 0, so "
-                             f"odd DSCP values ({', '.join(map(str, odd))}) cannot be classified; use even ones")
-        if self.traffic.wire_dscp & 1:
-            raise ValueError(f"@traffic.dscp: {why} instrumented packets with DSCP bit 0; "
-                             f"{self.traffic.wire_dscp} is odd, use an even DSCP")
-
-    def _trim_can_trim(self) -> None:
-        """Trimming cuts RoCEv2 data packets of a lossy priority to their BTH: refuse a configuration under which
-        it never could (other engines, the traffic lossless or on the trim priority itself), tiers that send
-        trimmed headers to different priorities, and INT, whose stack would sit where the BTH is cut."""
-        sw, t = self.switch, self.traffic
-        on = {tier: sw.qos(tier) for tier in self.topology.tiers if sw.qos(tier).trim.enabled}
-        if not on:
-            return
-
-        def where(tier: str, key: str) -> str:
-            o = sw.tiers.get(tier)
-            return f"switch.tiers.{tier}.trim.{key}" if o and o.trim is not None else f"switch.trim.{key}"
-        first = next(iter(on))
-        prio = on[first].trim.priority
-        for tier, q in on.items():
-            if q.trim.priority != prio:
-                raise ValueError(f"@{where(tier, 'priority')}: trimmed headers go to one priority fabric-wide "
-                                 f"(every hop classifies them to it); the {first} switches use {prio}, the {tier} "
-                                 f"switches {q.trim.priority}")
-            if q.trim.priority in q.lossless:
-                raise ValueError(f"@{where(tier, 'priority')}: priority {q.trim.priority} is lossless at the {tier} "
-                                 f"switches; trimmed headers need a lossy priority of their own")
-        if self.telemetry.int.enabled:
-            raise ValueError(f"@{where(first, 'enabled')}: not with telemetry.int.enabled: the INT stack sits "
-                             f"between the UDP header and the BTH, where a trim cuts; turn one of them off")
-        if t.cc == "hpcc":
-            raise ValueError(f"@{where(first, 'enabled')}: not with traffic.cc hpcc: its INT stack sits between "
-                             f"the UDP header and the BTH, where a trim cuts; turn trimming off")
-        if t.engine != "roce":
-            raise ValueError(f"@{where(first, 'enabled')}: trims the built-in RoCE engine's packets (UDP 4791, "
-                             f"traffic.engine: roce), whose receiver reads a trimmed header; traffic.engine "
-                             f"{t.engine} would have nothing trimmed (or, rxe, cannot use it)")
-        d = t.wire_dscp
-        for tier, q in on.items():
-            tc = q.traffic_classes
-            p = tc.dscp.get(d, tc.default)
-            if p == q.trim.priority:
-                raise ValueError(f"@{where(tier, 'priority')}: the traffic (DSCP {d}) is on priority {p} itself at "
-                                 f"the {tier} switches, the queue trimmed headers would join; choose another")
-        if all(t_q.traffic_classes.dscp.get(d, t_q.traffic_classes.default) in t_q.lossless for t_q in on.values()):
-            q = on[first]
-            raise ValueError(f"@{where(first, 'enabled')}: the traffic (DSCP {d} → priority "
-                             f"{q.traffic_classes.dscp.get(d, q.traffic_classes.default)}) is lossless wherever "
-                             f"trimming is on, so nothing would ever be trimmed; trim a lossy priority")
-
-    def _pfc_does_something(self) -> None:
-        """Flow control (PFC or credits) that could never act is a mistake, not a configuration: refuse it with
-        the fix. And one tier cannot run both on its lossless priorities."""
-        sw, t = self.switch, self.traffic
-        on = {tier: sw.qos(tier) for tier in self.topology.tiers if sw.qos(tier).flow_control}
-        for tier, q in on.items():
-            o = sw.tiers.get(tier)
-            if q.pfc.enabled and q.credit.enabled:
-                where = f"switch.tiers.{tier}" if o and o.credit is not None else "switch"
-                raise ValueError(f"@{where}.credit.enabled: credit-based flow control and PFC would both govern the "
-                                 f"lossless priorities of the {tier} switches; enable one of them")
-            fc, never = _fc_words(q)
-            if not q.traffic_classes.lossless:
-                where = f"switch.tiers.{tier}" if o and o.traffic_classes is not None else "switch"
-                raise ValueError(f"@{where}.traffic_classes.lossless: {fc} is enabled ({tier} switches) but no "
-                                 f"priority is lossless, so it would {never}; make one lossless and send on "
-                                 f"it, e.g. {where}.traffic_classes: {{dscp: {{26: 3}}, lossless: [3]}} with "
-                                 f"traffic.dscp: 26")
-        credit = [tier for tier in self.topology.tiers if sw.qos(tier).credit.enabled]
-        if credit:
-            maps = {tier: (sw.qos(tier).traffic_classes.dscp, sw.qos(tier).traffic_classes.default)
-                    for tier in self.topology.tiers}
-            first = self.topology.tiers[0]
-            for tier, m in maps.items():
-                if m != maps[first]:
-                    raise ValueError(f"@switch.tiers.{tier}.traffic_classes: with credit flow control every tier "
-                                     f"must map DSCPs to the same priorities as the {first} switches (a receiver "
-                                     f"meters the sender's class of its own priority)")
-        if on and t.engine != "rxe":
-            d = t.wire_dscp
-            if all(q.traffic_classes.dscp.get(d, q.traffic_classes.default) not in q.traffic_classes.lossless
-                   for q in on.values()):
-                q = next(iter(on.values()))
-                fc, never = _fc_words(q)
-                prio = q.traffic_classes.dscp.get(d, q.traffic_classes.default)
-                want = next((k for k, v in q.traffic_classes.dscp.items() if v in q.traffic_classes.lossless), None)
-                fix = f"set traffic.dscp: {want}" if want is not None else "map a DSCP to a lossless priority"
-                raise ValueError(f"@traffic.dscp: {fc} protects priorities {q.traffic_classes.lossless} but the "
-                                 f"traffic (DSCP {d} → priority {prio}) is lossy, so {fc} would {never}; {fix}")
-
-
-def _fc_words(q: ResolvedQos) -> tuple[str, str]:
-    return ("PFC", "never pause anything") if q.pfc.enabled else ("credit flow control", "never meter anything")
-
 
 # ---------------------------------------------------------------- loading and overrides
 
@@ -1277,7 +704,7 @@ def _emulated(doc: dict, filled) -> Scenario:
     td = doc["time_dilation"]
     try:
         if td == "auto":
-            n = dilation.auto_factor(doc, os.cpu_count() or 1, TopologySpec)
+            n = dilation.auto_factor(doc, os.cpu_count() or 1)
         elif isinstance(td, int) and not isinstance(td, bool) and 1 <= td <= 1_000_000:
             n = td
         else:

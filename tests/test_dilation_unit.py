@@ -9,7 +9,6 @@ import pytest
 
 from testbed import dilation, scenario
 from testbed.workloads import replay
-from testbed.scenario import TopologySpec
 
 REAL = {"name": "td", "duration": "20ms", "time_dilation": 1000,
         "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2,
@@ -68,12 +67,12 @@ def test_auto_picks_the_smallest_nice_factor_within_the_budget():
     # 4 hosts × 25 Gbit/s ÷ (8 × 1500 B) = 8.33 M packets/s; RoCE: 3,000 per core × 2 cores → 1,000 gives
     # 8,333/s (over), 2,000 gives 4,167/s
     doc = {"topology": {"host_link": {"rate": "25gbit"}}, "traffic": {"engine": "roce"}}
-    assert dilation.auto_factor(doc, 2, TopologySpec) == 2000
+    assert dilation.auto_factor(doc, 2) == 2000
     slow = {"topology": {"host_link": {"rate": "20mbit"}}}
-    assert dilation.auto_factor(slow, 2, TopologySpec) == 1                   # 4 × 20 Mbit/s of UDP: 6,667/s ≤ 12,000/s
-    assert dilation.auto_factor(slow, 1, TopologySpec) == 2                   # … > 6,000/s on one core
+    assert dilation.auto_factor(slow, 2) == 1                   # 4 × 20 Mbit/s of UDP: 6,667/s ≤ 12,000/s
+    assert dilation.auto_factor(slow, 1) == 2                   # … > 6,000/s on one core
     s = scenario.from_dict({**REAL, "time_dilation": "auto"})
-    assert s.dilation == dilation.auto_factor(REAL, __import__("os").cpu_count() or 1, TopologySpec)
+    assert s.dilation == dilation.auto_factor(REAL, __import__("os").cpu_count() or 1)
 
 
 def test_replayed_times_are_dilated_too():
