@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up of what container hosts (hosts.docker, `testbed image`) need; not part of the quick start.
-# Run by scripts/test-setup.sh and, on first use, by testbed itself (testbed/container/engine.py):
+# Run by scripts/test-setup.sh and, on first use, by testbed itself (testbed/container/daemon.py):
 #   docker.io   Debian's dockerd, containerd, runc (testbed starts `dockerd --iptables=false --bridge=none` when
 #               no daemon runs; docs/containers.md)
 #   the pip extra .[docker] of pyproject.toml (the docker SDK) in the venv, or in FTB_PY's environment

@@ -159,7 +159,7 @@ class Lab:
         ``log``: progress lines (installing or starting Docker, building the host image). ``nodes``: build only
         these nodes — one machine's part of a fabric over several (testbed/cluster/); its ports whose link
         leaves the part are ``tunnels`` (ifindex → fabric.Tunnel); ``underlay``: the machine's address, where its
-        routing agent hears the other machines' (control/routing.py)."""
+        routing agent hears the other machines' (routing/manager.py)."""
         self.scen, self.name, self.kind, self.keep, self.source = scen, check_name(name), kind, keep, source
         self.metrics = metrics
         whole = topology.build(scen.topology)
@@ -171,11 +171,11 @@ class Lab:
         hooked = self.topo.switches + (self.topo.hosts if self.pfc_on and scen.hosts.pfc else [])
         self.fabric = Fabric(self.topo, name, self.ports, tunnels, hooked)  # clsact where eBPF programs will go
         self.datapath = None
-        self.pfc = None                        # the PFC agent (control/pfc.py) when a tier has PFC on
+        self.pfc = None                        # the PFC agent (qos/pfc.py) when a tier has PFC on
         self.pfc_results: dict = {}
-        self.routing = None                    # the routing agent (control/routing.py): SM routing or failures
+        self.routing = None                    # the routing agent (routing/manager.py): SM routing or failures
         self.routing_results: dict = {}
-        self.scheduler = None                  # the failure scheduler (control/failures.py) when there are failures
+        self.scheduler = None                  # the failure scheduler (routing/failures.py) when there are failures
         self.scheduler_results: dict = {}
         self.exporter = None                   # the live metrics exporter (telemetry/live.py) with ``metrics``
         self.exporter_results: dict = {}

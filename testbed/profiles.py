@@ -16,7 +16,7 @@ scenario, so a profile cannot produce a configuration the validators would refus
   least loaded allowed port per packet; the receiver tolerates the reordering (below).
 - ``switch.credit.enabled: true``: link-level credit flow control on the lossless lane. The credit buffer is
   left at its default (the port's queue buffer), which can grant a frame at every link rate the testbed runs
-  (a fixed small buffer is refused at high rates: testbed/control/credits.py check_buffers).
+  (a fixed small buffer is refused at high rates: testbed/qos/credits.py check_buffers).
 - ``switch.traffic_classes: {dscp: {26: 3}, lossless: [3]}`` and ``traffic.dscp: 26``: the traffic rides one
   lossless priority (the "virtual lane"); credits on a fabric without one are refused.
 - ``traffic.receiver: ooo``: placement by PSN, selective NAK — a receiver that per-packet routing needs.

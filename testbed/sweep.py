@@ -232,7 +232,7 @@ def execute(path: str, sets: Sequence[str], varies: Sequence[str], seeds: int | 
     """Run the sweep (plan → skip complete runs when resuming → run the rest) and write sweep.json, sweep.csv,
     sweep.png and comparison.csv. ``runs``: the plan, if already made; ``console``: a rich Console for the progress
     bar and the runs' log lines; ``run_fn``: runner.run's signature (the default); ``pool``: runs them elsewhere
-    instead, several at once (cluster/sweep.py ClusterPool: ``run_all(todo, outdir, source, log, record,
+    instead, several at once (cluster/distributed_sweep.py ClusterPool: ``run_all(todo, outdir, source, log, record,
     check)``)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -363,7 +363,7 @@ def test_pfc_frame_is_consumed_and_counted(dp, topo):
 
 
 def test_credit_frame_is_consumed_and_posted_to_the_agent(dp, topo):
-    """A grant from another machine (control/credits.py, credit_frame) arriving on a port: dropped, not counted
+    """A grant from another machine (qos/credits.py, credit_frame) arriving on a port: dropped, not counted
     as an error, and posted on the ring buffer with its priority, stall flag and time and limit decoded
     (EVT_CREDIT_RX)."""
     import ctypes as ct

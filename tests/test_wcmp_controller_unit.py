@@ -1,4 +1,4 @@
-"""The WCMP controller's pure logic (control/wcmp.py ``update``) with hand-computed steps, and its INT probe on
+"""The WCMP controller's pure logic (lb/wcmp_controller.py ``update``) with hand-computed steps, and its INT probe on
 crafted packets with BPF_PROG_TEST_RUN: scapy reads the probe as the format says, the spine adds its record,
 the sink exports the report and drops the probe (it never reaches a host)."""
 import os

@@ -140,7 +140,7 @@ class Part:
         self.agents.wait_ready(deadline, started)
 
     def gates_open(self, gates: str, machine: int) -> tuple[str, int]:
-        """This machine's gate directory and relay (cluster/gates.py); returns its TCP endpoint on the underlay."""
+        """This machine's gate directory and relay (cluster/gate_relay.py); returns its TCP endpoint on the underlay."""
         import ray
 
         from .gate_relay import GateRelay

@@ -32,8 +32,8 @@ class PartFailed(HelperFailed):
 def unsupported(scen) -> str | None:
     """What a fabric over several machines cannot do yet (None: nothing): the WCMP controller (it reads every
     switch at once) and Soft-RoCE; each named with why in one line. (Credits cross the cut in credit frames:
-    control/credits.py; failures are scheduled on every machine, the routing agents flood link state and the
-    subnet manager sends the other machines their tables: control/routing.py.)"""
+    qos/credits.py; failures are scheduled on every machine, the routing agents flood link state and the
+    subnet manager sends the other machines their tables: routing/manager.py.)"""
     sw, tr = scen.switch, scen.traffic
     checks = [(sw.load_balancing == "wcmp" and sw.wcmp.source != "static",
                f"switch.wcmp.source: {sw.wcmp.source} (the WCMP controller reads every switch)"),
@@ -155,7 +155,7 @@ class RemoteAgents:
 
     def hand_jobs(self, jobs: dict[str, dict]) -> None:
         """Gated flows: each machine's agents get gate paths under its own gate directory, and every machine a
-        relay to the others' (cluster/gates.py)."""
+        relay to the others' (cluster/gate_relay.py)."""
         paths = [p for j in jobs.values() for p in ([j["gate"]] if "gate" in j else [])
                  + [p for ps in j.get("notify", {}).values() for p in ps]]
         if not paths:

@@ -10,7 +10,7 @@ switch id + IPv4 destination → next-hop group), ``sw_config`` (array by switch
 timeout, spray kind, adaptive and DLB parameters), ``rr_next`` (round-robin counters), ``flows`` (LRU by
 switch + 5-tuple → flowlet state and packets per next-hop slot), ``port_stats`` (per-CPU array by ifindex),
 ``drop_reason_counts`` (per-CPU array), ``port_down`` (by ifindex: 1 when the port lost its link; every egress
-choice skips it). With ``switch.routing: sm`` the FIB starts empty: the subnet manager (control/routing.py)
+choice skips it). With ``switch.routing: sm`` the FIB starts empty: the subnet manager (routing/manager.py)
 writes a /32 per destination host.
 Congestion and flow control (ebpf/lib/qos.h; read from user space through queue_model.py): ``qos_config`` (per
 switch: DSCP → priority, lossless and ECN curves, Xoff, trimming: lib/trim.h), ``port_qos`` (per port: drain rate, buffer, limits),
@@ -410,7 +410,7 @@ class Datapath:
 
     def credit_counters(self, ports=None) -> dict[tuple[int, int], tuple[int, int, int]]:
         """(receiving ifindex, priority) → (times its sender ran out of credit, ns it was stalled, including an
-        ongoing stall, credit bytes granted), from the credit meter's map (testbed/control/credits.py)."""
+        ongoing stall, credit bytes granted), from the credit meter's map (testbed/qos/credits.py)."""
         self._need()
         st = self._bpf[b"credit_stats"]
         now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
@@ -687,7 +687,7 @@ class Datapath:
 
     def set_port_down(self, ifindex: int, down: bool) -> None:
         """Mark a switch port as having lost (or regained) its link; every egress choice skips a down port.
-        The link-state watcher (control/routing.py) keeps this map in a running lab; tests set it directly."""
+        The link-state watcher (routing/manager.py) keeps this map in a running lab; tests set it directly."""
         self._need()
         t = self._bpf[b"port_down"]
         t[t.Key(ifindex)] = t.Leaf(1 if down else 0)

@@ -22,7 +22,7 @@ class WcmpSpec(Strict):
     """Weighted-cost multipath (``load_balancing: wcmp``): each next-hop group becomes a table of `slots` entries
     in which every member appears in proportion to its weight, as switch ASICs replicate members; a flow (hash),
     a flowlet or a packet draws one entry. `source: static` takes the weights from `topology.links[].weight`;
-    `int` and `load`: the WCMP controller (testbed/control/wcmp.py) sets each source leaf's weights every
+    `int` and `load`: the WCMP controller (testbed/lb/wcmp_controller.py) sets each source leaf's weights every
     `interval` from the INT path delays or the ports' tx rates."""
     source: Literal["static", "int", "load"] = "static"
     granularity: Literal["flow", "flowlet", "packet"] = "flowlet"

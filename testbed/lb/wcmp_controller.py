@@ -5,7 +5,7 @@ For every next-hop group of a leaf (a FIB entry with more than one port: one des
 member port gets a congestion signal over the interval:
 
 - ``int``: the mean path delay of the INT reports whose first hop left the leaf through that port toward the
-  group's destinations (the sum of the hop latencies, telemetry/int.py), less the sink's hop (the port to the
+  group's destinations (the sum of the hop latencies, inband/collector.py), less the sink's hop (the port to the
   receiving host, the same on every path). A member without a report in the
   interval keeps its weight and is sent a probe: a UDP packet to port ``PROBE_PORT`` carrying an INT stack
   whose first record the controller writes (the leaf's queue from the queue model), sent out of that port's

@@ -78,7 +78,7 @@ class PfcEvent(ct.Structure):                       # struct pfc_event (ebpf/lib
 
 
 class PfcAgent(ForkedHelper):
-    """Owns the forked agent process (control/helper.py). ``start()`` after the datapath is loaded and attached;
+    """Owns the forked agent process (helper.py). ``start()`` after the datapath is loaded and attached;
     ``stop()`` returns the timings it measured (lists of µs)."""
 
     label = "PFC agent"

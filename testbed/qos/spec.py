@@ -53,7 +53,7 @@ class CreditSpec(Strict):
     """Credit-based link-level flow control of the lossless priorities, as InfiniBand does per virtual lane: the
     receiving port grants the sender its free buffer (in `block`s), the sender transmits only what it was
     granted, grants are renewed every `update_interval` as the receiver's queues drain. Lossless by
-    construction, with no round-trip headroom (testbed/control/credits.py)."""
+    construction, with no round-trip headroom (testbed/qos/credits.py)."""
     enabled: bool = False
     block: Size = 64                                  # credit granularity (bytes)
     update_interval: Annotated[int, *_unit(units.time_ns), Field(ge=100_000)] = units.time_ns("1ms")

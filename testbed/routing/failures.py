@@ -88,7 +88,7 @@ def event_ports(topo, f) -> list:
 
 
 class FailureScheduler(ForkedHelper):
-    """The parent's side (control/helper.py): ``start()`` forks the scheduler, ``go(t0)`` starts its clock,
+    """The parent's side (helper.py): ``start()`` forks the scheduler, ``go(t0)`` starts its clock,
     ``stop()`` returns what it applied and when."""
 
     label = "failure scheduler"

@@ -33,7 +33,7 @@ latest state the others flooded; a sweep's tables are held once every machine ha
 
 Everything it did is reported when it ends: every carrier change it saw (``local``), every reroute or sweep that
 changed something (``changes``: when it saw the change, compute and install times, entries written), sweep
-counts and durations. A crash fails the run in one line (control/helper.py).
+counts and durations. A crash fails the run in one line (helper.py).
 """
 from __future__ import annotations
 
@@ -195,7 +195,7 @@ class Distributed:
 
 
 class RoutingAgent(ForkedHelper):
-    """The parent's side (control/helper.py): ``start()`` once the datapath is loaded and attached — returns
+    """The parent's side (helper.py): ``start()`` once the datapath is loaded and attached — returns
     when the watcher has read every port and, under SM routing, the SM has programmed every switch (over several
     machines: ``set_peers`` returns then)."""
 

@@ -11,7 +11,7 @@ from ..spec_types import NodeName, Rate, Strict, Time, unit as _unit
 
 class SmSpec(Strict):
     """Subnet-manager routing (``switch.routing: sm``): the routing engine and how often the SM sweeps the
-    fabric's link state (testbed/control/routing.py)."""
+    fabric's link state (testbed/routing/manager.py)."""
     engine: Literal["minhop", "updn", "ftree"] = "minhop"
     sweep_interval: Annotated[int, *_unit(units.time_ns), Field(ge=1_000_000)] = \
         units.time_ns("10ms")

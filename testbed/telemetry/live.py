@@ -1,6 +1,6 @@
 """Live Prometheus metrics of a lab (``testbed up|run --metrics HOST:PORT``).
 
-A forked helper (control/helper.py) that serves the datapath's counters while the lab lives: every scrape reads
+A forked helper (helper.py) that serves the datapath's counters while the lab lives: every scrape reads
 the BPF maps afresh, so the values are the switch program's own, as current as the scrape and never sampled
 twice (counters as Prometheus counters, depths as gauges). It reads without resetting anything the run's
 telemetry sampler resets (a queue's interval maximum), so scraping never changes a result. Per-flow bytes come
