@@ -71,7 +71,7 @@ def test_per_packet_adaptive_routing_keeps_a_roce_flow_whole(tmp_path, receiver)
     exact at ≥ 90 % of the host link (of the time the hypervisor left the machine), without a timeout. The
     least-delay choice keeps arrivals mostly in order: over 20 runs of each receiver, 0 reordered packets in 17
     (ooo) and 18 (gbn); otherwise 2–17 packets (ooo) and 134–175 (gbn, counting what it discarded behind the
-    hole). The ooo receiver absorbs that (0 retransmits in 20 runs); go-back-N pays the cost the issue names —
+    hole). The ooo receiver absorbs that (0 retransmits in 20 runs); go-back-N pays the cost of reordering —
     each hole (at most 2 NAKs measured) resends what was in flight behind it: 67–91 packets per NAK."""
     doc = dict(DEGRADED, switch={"load_balancing": "adaptive", "adaptive": {"metric": "queue+load"}},
                traffic={"engine": "roce", "receiver": receiver, "pattern": "pairs", "pairs": [["h0", "h1"]],

@@ -175,7 +175,7 @@ def test_build_bench_16_hosts():
 @pytest.mark.slow
 @needs_root
 def test_fat_tree_k16_builds_within_its_goal_of_the_same_run_floor():
-    """Issue 10's benchmark: fat-tree k=16 with shaping and eBPF, up and down against the same-run kernel floor,
+    """The fat-tree benchmark: k=16 with shaping and eBPF, up and down against the same-run kernel floor,
     median of 5 runs. Measured on the 2-core VM: medians of 3 up 1.20-1.26x (runs 1.08-1.45x), down 0.71-1.24x,
     compile after the build 1.88-1.92x; medians of 5 (4 test runs) up 1.2-1.30x with one just above the goal of
     1.3 (1.16-1.35 in that run), down 0.90-1.2x: the bounds sit just above the worst median seen, the bench

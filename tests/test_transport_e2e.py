@@ -1,4 +1,4 @@
-"""Reference checks of the RoCE engine's extended transport and congestion control on real fabrics (issue 12),
+"""Reference checks of the RoCE engine's extended transport and congestion control on real fabrics,
 scaled from published simulator validations to this machine's rates (20 Mbit/s hosts). Each runs through
 ``runner.run`` and reads the files it wrote. The bounds are those measured over repeated runs on the 2-core VM
 (20 runs: the table in docs/transport.md, "Ultra-Ethernet-style transport"). Times are wall-clock, not scaled by the
@@ -86,7 +86,7 @@ def converged(links, flows) -> tuple[list[float], float, float]:
 
 
 def test_two_flows_share_a_bottleneck_fairly_and_delay_and_int_cc_keep_its_queue_short(tmp_path):
-    """Every CC: Jain over the two flows' rates after convergence ≥ 0.95 (the issue's bound; asserted at the
+    """Every CC: Jain over the two flows' rates after convergence ≥ 0.95 (the bound; asserted at the
     margin measured) and the link used; hpcc and swift hold the bottleneck's p99 queue (the largest depth a packet
     met per 50 ms, 99th percentile) below dcqcn's, which marks between 10 and 40 KB. Bounds: docs/transport.md's 20-run
     table."""
@@ -117,7 +117,7 @@ def test_swift_and_timely_share_a_7_to_1_incast_and_every_flow_completes(tmp_pat
     RTT next woke up, not when the ACK came: windows fell below a packet and stayed there), TIMELY to complete
     0.5 of 7 (a rate cut per NAK and per spurious timeout down to its floor). Bounds: docs/transport.md's 20-run table;
     swift's Jain fell to 0.948 once in 29 runs (a CI rehearsal: one flow of 7 at 2.55 Mbit/s, the others
-    1.35–1.82), hence 0.94 here — the issue's 0.95 is for two flows on one bottleneck, asserted above."""
+    1.35–1.82), hence 0.94 here — the 0.95 bound is for two flows on one bottleneck, asserted above."""
     ideal = 7 * 256 * 1024 * 8 / 10e6
     jain, ratio, whole = {}, {}, {}
     for cc in ("swift", "timely"):
@@ -151,9 +151,8 @@ def degraded(entropy: str) -> dict:
 
 
 def test_path_aware_spraying_steers_off_a_degraded_link_and_finishes_sooner(tmp_path):
-    """reps and bitmap put measurably less on the slow link than oblivious spraying and finish sooner (the
-    issue's direction; bounds: docs/transport.md's 20-run table). Oblivious spraying pays for the slow link in trims and
-    timeouts; reps recycles the entropies that came back unmarked, bitmap skips the penalised ones."""
+    """reps and bitmap put measurably less on the slow link than oblivious spraying and finish sooner (bounds:
+    docs/transport.md's 20-run table). Oblivious spraying pays for the slow link in trims and timeouts; reps recycles the entropies that came back unmarked, bitmap skips the penalised ones."""
     slow, fct, ok = {}, {}, {}
     for e in ("packet", "reps", "bitmap"):
         links, flows, row = _run(tmp_path, e, degraded(e))

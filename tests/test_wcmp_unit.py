@@ -101,7 +101,7 @@ def test_cost_of_weighted_selection(dp, topo, scen, capsys):
     with capsys.disabled():
         print(f"\n[wcmp cost] {c['wcmp'][0]:.0f} ns/pkt per-flow WCMP, {c['ecmp'][0]:.0f} ECMP, ratio "
               f"{c['wcmp'][1]:.2f}")
-    assert c["wcmp"][1] < 1.2, c          # measured 1.01–1.03× (the goal of the WCMP issue: ≤ 1.2×)
+    assert c["wcmp"][1] < 1.2, c          # measured 1.01–1.03× (the goal: ≤ 1.2×)
 
 
 def test_cost_of_dlb_selection(dp, topo, scen, capsys):
@@ -130,6 +130,6 @@ def test_cost_of_dlb_selection(dp, topo, scen, capsys):
               f"({r['dlb']:.2f}×), queue metric only {med['dlb_queue']:.0f} ({r['dlb_queue']:.2f}×); adaptive by "
               f"load per flowlet {med['ar_load']:.0f} ({r['ar_load']:.2f}×); DLB new flowlet every packet "
               f"{med['dlb_new']:.0f} ({r['dlb_new']:.2f}×)")
-    assert r["dlb_queue"] < 1.2, med            # the choice itself: the issue's goal
+    assert r["dlb_queue"] < 1.2, med            # the choice itself: the goal (≤ 1.2×)
     assert r["dlb"] < 1.15 * r["ar_load"], med     # the rest is the load metric DLB shares with AR
     assert r["dlb"] < 1.8, med

@@ -14,7 +14,7 @@ absolute times on a shared 2-core VM move by tens of percent from one minute to 
     same namespaces and veth pairs, set up, nothing else — no qdisc, address, route, offload, BPF), built twice:
     its up with the kernel's default link-up (IPv6 link-local addresses; no extra request), its down without
     IPv6 addresses (as the fabric; nothing more to remove) — for each direction the faster way.
-    Goals (the issue) are printed next to the figures. With ``vs="mininet"`` (``--vs mininet``), Debian's
+    The goals (GOAL_*) are printed next to the figures. With ``vs="mininet"`` (``--vs mininet``), Debian's
     Mininet builds and tears down the same shapes right after the testbed at each size, plain and with TCLink
     shaping (``testbed/bench/mininet.py``), and the ratios Mininet ÷ testbed come from those same-run figures.
 
@@ -67,7 +67,7 @@ def default_ports(topo) -> dict:
 
 
 def shape_for(hosts: int) -> tuple[int, int, int]:
-    """(spines, leaves, hosts per leaf) for a host count: the issue's shapes, else a square-ish fabric."""
+    """(spines, leaves, hosts per leaf) for a host count: the benchmark's fixed shapes (SHAPES), else a square-ish fabric."""
     if hosts in SHAPES:
         return SHAPES[hosts]
     leaves = 1
@@ -503,7 +503,7 @@ def _m(r: BuildResult, key: str) -> str:
 
 
 def _fat_tree_goal(p, r: BuildResult) -> None:
-    """The issue's goal for fat-tree k=16: up and down within 1.3x the same-run kernel floor (with repeats: the
+    """The goal for fat-tree k=16: up and down within 1.3x the same-run kernel floor (with repeats: the
     median of the runs' own ratios). Up is judged on the lab's own path (datapath compiled while the fabric
     builds); the sequential figure is printed beside."""
     g = GOAL_FAT_TREE_FLOOR
