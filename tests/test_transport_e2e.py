@@ -152,7 +152,8 @@ def degraded(entropy: str) -> dict:
 
 def test_path_aware_spraying_steers_off_a_degraded_link_and_finishes_sooner(tmp_path):
     """reps and bitmap put measurably less on the slow link than oblivious spraying and finish sooner (bounds:
-    docs/transport.md's 20-run table). Oblivious spraying pays for the slow link in trims and timeouts; reps recycles the entropies that came back unmarked, bitmap skips the penalised ones."""
+    docs/transport.md's 20-run table). Oblivious spraying pays for the slow link in trims and timeouts; reps
+    recycles the entropies that came back unmarked, bitmap skips the penalised ones."""
     slow, fct, ok = {}, {}, {}
     for e in ("packet", "reps", "bitmap"):
         links, flows, row = _run(tmp_path, e, degraded(e))
