@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from testbed import bench
-from testbed.bench import mininet as mnb
+from testbed.bench import build as bench_build, mininet as mnb
 from testbed.cli import cli
 from testbed.fabric import netns
 
@@ -64,16 +64,16 @@ def test_repeated_runs_report_the_median_of_their_own_ratios():
         r.up_overlapped = up_ov
         return r
     runs = [run(3.0, 2.5, 0.5, 0.5), run(3.3, 3.0, 0.4, 0.5), run(2.6, 2.5, 0.6, 0.4)]
-    r = bench._median_result(runs)
+    r = bench_build._median_result(runs)
     assert r.ratio_median("up") == pytest.approx((1.1, 1.04, 1.2))
     assert r.ratio_median("up_sequential") == pytest.approx((2.2, 2.08, 2.4))
     assert r.ratio_median("down") == pytest.approx((1.0, 0.8, 1.5))
     assert r.ratio_median("down_kernel") == (None, None, None)
-    assert bench._m(r, "up") == "1.10x (1.04-1.20)"
+    assert bench_build._m(r, "up") == "1.10x (1.04-1.20)"
     one = runs[0]                                      # a single run: its own ratio
-    assert one.ratio_median("up") == pytest.approx((1.2, 1.2, 1.2)) and bench._m(one, "up") == "1.20x"
+    assert one.ratio_median("up") == pytest.approx((1.2, 1.2, 1.2)) and bench_build._m(one, "up") == "1.20x"
     lines = []
-    bench._fat_tree_goal(lines.append, r)
+    bench_build._fat_tree_goal(lines.append, r)
     assert "up 1.10x (1.04-1.20) (compile overlapped, as a lab does) met" in lines[0]
     assert "down 1.00x (0.80-1.50) met" in lines[0]
 

@@ -216,7 +216,7 @@ def test_idle_fabric_puts_no_frame_on_any_link(lab):
     solicitation or MLD report at link-up, frames the switches could only discard as drops. With the mode set in
     the link-up request itself, the veth end that came up second got a link-local address and sent 3-4 frames in
     these 3 s; with IPv6 addresses on every port each sent about 6."""
-    from testbed.bench import _rx_packets
+    from testbed.bench.pps import _rx_packets
     lb = lab(make_scenario(topology={"spines": 1, "leaves": 2, "hosts_per_leaf": 1}))
     time.sleep(3)
     switch_rx = {i: c.rx_packets for i, c in lb.datapath.port_counters().items() if c.rx_packets}

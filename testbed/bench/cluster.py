@@ -18,7 +18,7 @@ import time
 
 from .. import scenario as scenario_mod
 from ..fabric import netns
-from . import shape_for
+from .common import shape_for
 
 PPS_PAYLOAD = 36
 

@@ -15,7 +15,7 @@ import time
 
 from .. import topology
 from ..fabric import Fabric
-from . import LAB_PREFIX, bench_scenario, default_ports
+from .common import LAB_PREFIX, bench_scenario, default_ports
 
 
 def measure(size: int, docker: bool) -> tuple[float, float, dict]:
