@@ -358,6 +358,50 @@ def graph(source, out, sets):
 
 @cli.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--engine", type=click.Choice(["minhop", "updn", "ftree"]), default=None,
+              help="The SM's routing algorithm (default: the scenario's switch.sm.engine).")
+@click.option("--down", "downs", multiple=True, metavar="A-B", help="A link that is down (repeatable).")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Write the tables as CSV (switch, destination, port, …) and the per-link counts beside it "
+                   "(<name>-links.csv).")
+@set_option
+def routes(scenario, engine, downs, out, sets):
+    """The subnet manager's forwarding tables for SCENARIO, computed without building the fabric (what
+    dump_lfts shows on InfiniBand), and how many destinations each switch port carries."""
+    from pathlib import Path
+
+    import pandas as pd
+    from rich.console import Console
+    from rich.table import Table
+
+    from .report.files import write_csv
+    from .routing import dump
+    from .topology import build
+    scen = _load(scenario, sets)
+    topo = build(scen.topology)
+    engine = engine or scen.switch.sm.engine
+    tabs = dump.tables(topo, engine, dump.down_ports(topo, list(downs)), multipath=scen.switch.sm_multipath)
+    links = dump.link_rows(topo, tabs)
+    table = Table(title=f"{engine}: {len(tabs)} entries, destinations per switch port"
+                  + (f" ({', '.join(downs)} down)" if downs else ""))
+    for col in ("switch", "port", "peer", "routes"):
+        table.add_column(col, justify="right" if col == "routes" else "left")
+    for r in links:
+        table.add_row(r["switch"], r["port"], r["peer"], str(r["routes"]))
+    Console(width=100).print(table)
+    busiest = max(links, key=lambda r: r["routes"], default=None)
+    if busiest is not None:
+        click.echo(f"busiest: {busiest['switch']} → {busiest['peer']} ({busiest['routes']} destinations)")
+    if out:
+        out = Path(out)
+        write_csv(out, pd.DataFrame(dump.route_rows(topo, tabs)))
+        links_out = out.with_name(f"{out.stem}-links.csv")
+        write_csv(links_out, pd.DataFrame(links))
+        click.echo(f"routes: {out}, {links_out}")
+
+
+@cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--out", type=click.Path(dir_okay=False), required=True,
               help="The schedule file to write: CSV, or JSON when it ends in .json.")
 @set_option

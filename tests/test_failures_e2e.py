@@ -220,3 +220,38 @@ def test_a_dead_subnet_manager_fails_the_run_in_one_line_and_keeps_the_results(t
     m = json.loads((out / "manifest.json").read_text())
     assert m["failed"] and "subnet manager" in m["failed"][0]
     assert (out / "links.csv").stat().st_size > 0
+
+
+def test_a_restored_uplink_carries_its_destinations_again_under_sm_minhop(tmp_path):
+    """leaf0–spine0 goes down and comes back: the SM recomputes from scratch on the return (as OpenSM), so the
+    destinations minhop routes over that uplink in the healthy fabric are routed over it again. Kept on their
+    failed-state ports instead, the restored link would carry nothing (tests/test_sm_engines.py)."""
+    from testbed import topology
+    from testbed.routing import algorithms
+    k4 = {"kind": "fat-tree", "k": 4, "host_link": {"rate": "20mbit"}, "fabric_link": {"rate": "20mbit"}}
+    topo = topology.build(scenario.from_dict({"topology": k4}).topology)
+    healthy = algorithms.compute("minhop", algorithms.graph(topo))
+    uplink = next(p for p in topo.ports["leaf0"] if p.peer_node == "spine0")
+    remote = [h for h in topo.hosts if h not in ("h0", "h1")
+              and healthy[("leaf0", topo.address(h))][0] == uplink.ifindex]
+    assert len(remote) == 7                          # half of leaf0's 14 remote destinations
+    pairs = [["h0" if i % 2 else "h1", h] for i, h in enumerate(remote[:4])]
+    doc = {"name": "smreturn", "duration": "2s", "topology": k4,
+           "switch": {"routing": "sm", "sm": {"engine": "minhop", "sweep_interval": "10ms"}},
+           "traffic": {"engine": "udp", "pattern": "pairs", "pairs": pairs, "rate": "2mbit"},
+           "failures": [{"at": "0.3s", "link": ["leaf0", "spine0"], "state": "down"},
+                        {"at": "0.8s", "link": ["leaf0", "spine0"], "state": "up"}],
+           "telemetry": {"interval": "100ms"}}
+    d, _row = runner.run(scenario.from_dict(doc), tmp_path / "run")
+    fail = pd.read_csv(d / "failures.csv")
+    up = fail[fail["change"] == "up"].iloc[0]
+    back, t0 = float(up["time_s"]), float(up["time_s"] - up["at_s"])    # the return, the traffic's start
+    links = pd.read_csv(d / "links.csv")
+    port = links[(links["switch"] == "leaf0") & (links["peer"] == "spine0") & (links["direction"] == "tx")]
+    after = port[(port["time_s"] > back + 0.2) & (port["time_s"] <= t0 + 1.9)]
+    seconds = float(after["interval_s"].sum())
+    sent = float(after["bytes"].sum())
+    print(f"[sm return] leaf0→spine0 after the return: {sent * 8 / seconds / 1e6:.2f} Mbit/s over {seconds:.2f} s "
+          f"(4 flows × 2 Mbit/s routed there when healthy)")
+    assert seconds > 0.5
+    assert sent * 8 / seconds > 0.8 * 4 * 2e6      # the four flows are back on the restored uplink

@@ -133,6 +133,38 @@ def test_minhop_keeps_the_routes_a_failure_does_not_touch():
         assert {("spine0", "core0"), ("core0", "spine0")} & set(zip(path, path[1:])), (s, addr, path)
 
 
+@pytest.mark.parametrize("multipath", [False, True])
+@pytest.mark.parametrize("engine", E.ENGINES)
+@pytest.mark.parametrize("shape", ["fat-tree-k4", "fat-tree-k8"])
+def test_after_a_link_comes_back_the_tables_are_the_healthy_fabrics(shape, engine, multipath):
+    """Down keeps what is still valid; up recomputes from scratch (as OpenSM), so the restored uplink carries
+    its share again: leaf0's uplink to spine0 routes as many destinations as before the failure."""
+    topo = build(SHAPES[shape])
+    link = next(ln for ln in topo.links if {ln.a.node, ln.b.node} == {"leaf0", "spine0"})
+    dead = frozenset({link.a.ifindex, link.b.ifindex})
+    healthy = E.compute(engine, E.graph(topo), multipath=multipath)
+    failed = E.reroute(engine, E.graph(topo, dead), healthy, came_up=False, multipath=multipath)
+    assert all(not dead & set(ports) for ports in failed.values())
+    back = E.reroute(engine, E.graph(topo), failed, came_up=True, multipath=multipath)
+    assert back == healthy
+    uplink = link.a.ifindex if link.a.node == "leaf0" else link.b.ifindex
+    carried = sum(1 for ports in back.values() if ports[0] == uplink)
+    assert carried == sum(1 for ports in healthy.values() if ports[0] == uplink) > 0
+
+
+def test_keeping_the_old_choices_after_a_return_would_leave_the_link_idle():
+    """Why the return recomputes: minhop fed its failed-state tables keeps every destination off the restored
+    uplink (the counter ties are broken by the old choice), so that link would carry nothing."""
+    topo = build(SHAPES["fat-tree-k4"])
+    link = next(ln for ln in topo.links if {ln.a.node, ln.b.node} == {"leaf0", "spine0"})
+    healthy = E.compute("minhop", E.graph(topo))
+    failed = E.compute("minhop", E.graph(topo, {link.a.ifindex, link.b.ifindex}), prev=healthy)
+    sticky = E.compute("minhop", E.graph(topo), prev=failed)
+    uplink = link.a.ifindex if link.a.node == "leaf0" else link.b.ifindex
+    assert sum(1 for ports in sticky.values() if ports[0] == uplink) == 0
+    assert sticky != healthy
+
+
 def test_distributed_groups_are_the_fibs_until_a_link_fails():
     topo = build({"spines": 4, "leaves": 3, "hosts_per_leaf": 2})
     router = Router(topo)

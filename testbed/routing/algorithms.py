@@ -6,8 +6,9 @@ the ECMP groups a routing protocol converges to. The algorithms follow the facts
 (osm_ucast_mgr.c / osm_switch.c for minhop, osm_ucast_updn.c, osm_ucast_ftree.c); the code is this project's:
 
 - **minhop**: shortest paths; at each switch a destination goes out of the min-hop port that carries the fewest
-  destinations so far (a per-port counter, destinations taken in address order), ties by port order. A port
-  that still is a min-hop port keeps its destinations when the tables are recomputed (fewer entries move).
+  destinations so far (a per-port counter, destinations taken in address order), ties by port order. After ports
+  go down, a port that still is a min-hop port keeps its destinations (fewer entries move); after a port comes
+  back up, everything is computed afresh (``reroute``), as OpenSM does.
 - **updn**: up*/down*: switches are ranked by tier (the top tier — cores, or spines of a 2-tier fabric — are
   the roots, rank 0); a move to a lower rank is *up* (equal ranks: towards the smaller switch id). A path never
   turns from down to up. A switch that has a downward path to the destination uses it (so a packet that
@@ -258,6 +259,14 @@ ENGINE_FUNCS = {"minhop": minhop, "updn": updn, "ftree": ftree}
 
 def compute(engine: str, g: Graph, multipath: bool = False, prev: Tables | None = None) -> Tables:
     return ENGINE_FUNCS[engine](g, multipath=multipath, prev=prev)
+
+
+def reroute(engine: str, g: Graph, tables: Tables, came_up: bool, multipath: bool = False) -> Tables:
+    """The tables after a change of link state, as OpenSM computes them: when a port came back up every route
+    is computed afresh (the existing tables are ignored), so the fabric routes exactly as one that never
+    failed — a restored link carries its share again; when ports only went down, the choices that are still
+    valid stay (fewer entries move)."""
+    return compute(engine, g, multipath=multipath, prev=None if came_up else (tables or None))
 
 
 # ---------------------------------------------------------------- the distributed side

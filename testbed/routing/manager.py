@@ -508,8 +508,8 @@ class _Agent:
         t0 = time.perf_counter()
         down = self._down(view)
         if self.sm:
-            new = algorithms.compute(self.engine, algorithms.graph(self.whole, down), multipath=self.multipath,
-                                  prev=self.tables or None)
+            new = algorithms.reroute(self.engine, algorithms.graph(self.whole, down), self.tables,
+                                     came_up=any(up for _, up in changed), multipath=self.multipath)
         else:
             new = self.dist.overrides(down)
         t1 = time.perf_counter()
