@@ -593,8 +593,15 @@ def _yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 
 
+def _key(p: Any) -> str:
+    """A key path component as the user typed it; a key that is empty, has spaces or unprintable characters is
+    quoted, so the message stays one readable line."""
+    text = str(p)
+    return text if text and text.isprintable() and " " not in text and "." not in text else repr(p)
+
+
 def _fmt_error(err: dict) -> str:
-    loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "literal[", "union[")))
+    loc = ".".join(_key(p) for p in err["loc"] if not str(p).startswith(("function-", "literal[", "union[")))
     msg = err["msg"]
     for prefix in ("Value error, ", "Assertion failed, "):
         msg = msg.removeprefix(prefix)
@@ -701,7 +708,7 @@ def _emulated(doc: dict, filled) -> Scenario:
     """A dilated scenario (``time_dilation``): what it states in real units scaled by N (dilation.py), then
     validated — the checks apply to what is emulated. ``real`` keeps the mapping as written."""
     import os
-    td = doc["time_dilation"]
+    td, n = doc["time_dilation"], None
     try:
         if td == "auto":
             n = dilation.auto_factor(doc, os.cpu_count() or 1)
@@ -713,6 +720,8 @@ def _emulated(doc: dict, filled) -> Scenario:
                                        frozenset(filled))
         emu = Scenario.model_validate(scaled)
     except ValidationError as e:                  # (a ValueError too: caught first)
+        if n is None:                             # the topology auto reads its factor from is itself wrong
+            raise ScenarioError(f"topology.{_first_error(e)} (time_dilation auto reads it)") from None
         raise ScenarioError(f"{_first_error(e)} (with time_dilation {n}: the emulated value)") from None
     except ValueError as e:                       # DilationError, a quantity that does not parse
         raise ScenarioError(str(e)) from None

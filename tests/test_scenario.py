@@ -252,3 +252,17 @@ def test_entropy_modes_default_their_values_and_refuse_nonsense():
     assert roce(entropy="bitmap", entropy_values=16).values == 16 and roce(entropy="bitmap").penalty_decay is None
     with pytest.raises(scenario.ScenarioError, match="traffic.roce.entropy"):
         roce(entropy="sometimes")
+
+
+@pytest.mark.parametrize("doc, line", [
+    ({"\n": 0}, "'\\n': unknown key"),
+    ({"traffic": {"bad key": 1}}, "traffic.'bad key': unknown key"),
+    ({"time_dilation": "auto", "topology": {"spines": 0}},
+     "topology.spines: must be ≥ 1, got 0 (time_dilation auto reads it)"),
+])
+def test_what_the_fuzzer_found_is_one_line(doc, line):
+    """Found by tests/test_scenario_fuzz.py: a key with a newline made a two-line message, and time_dilation auto
+    over a wrong topology raised a traceback."""
+    with pytest.raises(scenario.ScenarioError) as e:
+        scenario.from_dict(doc)
+    assert str(e.value) == line
