@@ -49,6 +49,7 @@ from ..fabric import netns
 from ..topology.fibwalk import Router
 from . import algorithms
 from ..datapath import fill_group
+from ..auth import Channel
 from ..helper import ForkedHelper, wait_readable, write_result
 
 RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
@@ -201,10 +202,13 @@ class RoutingAgent(ForkedHelper):
 
     failure = RoutingAgentFailed
 
-    def __init__(self, datapath, fabric, scen, whole=None, flood_address: str | None = None):
+    def __init__(self, datapath, fabric, scen, whole=None, flood_address: str | None = None,
+                 key: bytes | None = None):
         """``whole``: the whole fabric when this lab is one machine's part of it (``fabric.topo``); then
-        ``flood_address`` is the machine's underlay address, where the agent takes its peers' link state."""
+        ``flood_address`` is the machine's underlay address, where the agent takes its peers' link state, and
+        ``key`` the run's key that seals every flood, table and acknowledgement (testbed/auth.py)."""
         super().__init__()
+        self.key = key
         self.dp, self.fabric, self.scen, self.topo = datapath, fabric, scen, fabric.topo
         self.whole = whole if whole is not None else fabric.topo
         self.sm = scen.switch.routing == "sm"
@@ -337,6 +341,15 @@ class _Agent:
         self.peer_down: dict[tuple, set] = {}      # each peer's ports that are down, as it last said
         self.floods_sent = self.floods_taken = 0
         self.flooded_at = 0.0
+        key = owner.key               # over several machines every message on the underlay is sealed
+        self.channels = {name: Channel(key, name) for name in ("flood", "tables", "tables-ack")} if key else {}
+
+    def _seal(self, name: str, payload: bytes) -> bytes:
+        return self.channels[name].seal(payload) if self.channels else payload
+
+    def _open(self, name: str, data: bytes) -> bytes | None:
+        """The payload of a message on channel ``name``; None when it is forged, altered or replayed (counted)."""
+        return self.channels[name].open(data) if self.channels else data
 
     # ---- reading the kernel
 
@@ -418,9 +431,10 @@ class _Agent:
         self.flood_seq += 1
         msg = json.dumps({"seq": self.flood_seq,
                           "down": sorted(i for i, up in self.state.items() if not up and i in self.switch_of)})
+        data = self._seal("flood", msg.encode())
         for peer in self.peers:
             try:
-                self.o.flood.sendto(msg.encode(), peer)
+                self.o.flood.sendto(data, peer)
                 self.floods_sent += 1
             except OSError as e:                   # the next change's datagram repairs it: reported, not fatal
                 self.errors.append(f"flooding to {peer[0]}:{peer[1]}: {e.strerror or e}")
@@ -433,7 +447,10 @@ class _Agent:
                 data, peer = self.o.flood.recvfrom(65536)
             except BlockingIOError:
                 return changed
-            msg = json.loads(data)
+            payload = self._open("flood", data)
+            if payload is None:
+                continue                           # not from this run's agents, or a replay: dropped, counted
+            msg = json.loads(payload)
             if msg["seq"] <= self.peer_seq.get(peer, 0):
                 continue                           # an older message overtaken by a newer one
             self.peer_seq[peer] = msg["seq"]
@@ -460,9 +477,11 @@ class _Agent:
             if f is None:
                 conn = socket.create_connection(endpoint, timeout=TABLES_TIMEOUT_S)
                 f = self.sma_files[endpoint] = conn.makefile("rwb")
-            f.write(json.dumps(msg).encode() + b"\n")
+            f.write(self._seal("tables", json.dumps(msg).encode()) + b"\n")
             f.flush()
-            reply = json.loads(f.readline() or b"null")
+            line = f.readline()
+            ack = self._open("tables-ack", line.rstrip(b"\n")) if line else None
+            reply = json.loads(ack) if ack is not None else None
             if reply is None or "entries" not in reply:
                 raise OSError(f"no acknowledgement ({reply and reply.get('error')})")
         except (OSError, ValueError) as e:
@@ -491,11 +510,14 @@ class _Agent:
             f.close()
             conn.close()
             return
-        msg = json.loads(line)
+        payload = self._open("tables", line.rstrip(b"\n"))
+        if payload is None:                        # not the run's SM: nothing is written, nothing answered
+            return
+        msg = json.loads(payload)
         n = apply_tables(self.bpf, self.whole, {(sw, addr): tuple(p) for sw, addr, p in msg["put"]},
                          [tuple(k) for k in msg["del"]], self.max_nh)
         self.tables_taken += n
-        f.write(json.dumps({"entries": n}).encode() + b"\n")
+        f.write(self._seal("tables-ack", json.dumps({"entries": n}).encode()) + b"\n")
         f.flush()
 
     # ---- routing
@@ -612,7 +634,8 @@ class _Agent:
             "error_count": len(self.errors), "entries": len(self.tables) if self.sm else len(self.overrides),
             "role": ("subnet manager" if self.master else "sm agent") if self.sm else "watcher",
             "remote_entries": self.remote_entries, "tables_taken": self.tables_taken,
-            "floods_sent": self.floods_sent, "floods_taken": self.floods_taken})
+            "floods_sent": self.floods_sent, "floods_taken": self.floods_taken,
+            "rejected": {name: ch.counts() for name, ch in self.channels.items()}})
 
     def _term(self, *_):
         self.stop = True

@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import http.client
 import ipaddress
+import secrets
 import signal
 import threading
+import urllib.parse
 import urllib.request
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
+from ..auth import Channel
 from ..helper import ForkedHelper, write_result
 from ..errors import HelperFailed
 
 PREFIX = "ftb_"
 IP_PROTOS = {6: "tcp", 17: "udp"}
+SEAL_HEADER = "X-FTB-Seal"      # a machine's exporter seals its reply to the federation (testbed/auth.py)
+DEFAULT_HOST = "127.0.0.1"      # `--metrics PORT`: only this machine can scrape
 
 
 class MetricsFailed(HelperFailed):
@@ -33,13 +38,17 @@ class MetricsFailed(HelperFailed):
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` with an IPv4 host → (host, port); ValueError with one readable line otherwise."""
+    """``HOST:PORT`` with an IPv4 host, or a bare ``PORT`` on 127.0.0.1 → (host, port); ValueError with one
+    readable line otherwise."""
+    if text.isdigit():
+        text = f"{DEFAULT_HOST}:{text}"
     host, sep, port = text.rpartition(":")
     try:
         ipaddress.IPv4Address(host)
         number = int(port)
     except ValueError:
-        raise ValueError(f"--metrics {text!r}: expected HOST:PORT with an IPv4 host, e.g. 127.0.0.1:9464") from None
+        raise ValueError(f"--metrics {text!r}: expected PORT (on 127.0.0.1) or HOST:PORT with an IPv4 host, e.g. "
+                         f"127.0.0.1:9464") from None
     if not sep or not 0 < number < 65536:
         raise ValueError(f"--metrics {text!r}: the port must be 1–65535")
     return host, number
@@ -109,6 +118,23 @@ class FabricCollector:
         yield fpkts
 
 
+def _sealed(app, channel: Channel):
+    """The exporter's WSGI app, its reply sealed for the federation: the MAC covers the body and the nonce the
+    request carried, so an altered reply, or an old one served again, does not verify."""
+    def sealed_app(environ, start_response):
+        nonce = urllib.parse.parse_qs(environ.get("QUERY_STRING", "")).get("nonce", [""])[0].encode()
+        held: dict = {}
+
+        def keep(status, headers, exc_info=None):
+            held["status"], held["headers"] = status, headers
+        body = b"".join(app(environ, keep))
+        head = channel.seal(body, context=nonce).split(b" ", 1)[0]
+        start_response(held["status"], [(k, v) for k, v in held["headers"] if k.lower() != "content-length"]
+                       + [(SEAL_HEADER, head.decode()), ("Content-Length", str(len(body)))])
+        return [body]
+    return sealed_app
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format, *args):      # noqa: A002 — one line per scrape on stderr is noise
         return
@@ -121,11 +147,12 @@ class MetricsExporter(ForkedHelper):
     label = "metrics exporter"
     failure = MetricsFailed
 
-    def __init__(self, lab: str, datapath, topo, address: str | tuple[str, int]):
+    def __init__(self, lab: str, datapath, topo, address: str | tuple[str, int], key: bytes | None = None):
         """``address``: the user's HOST:PORT, or (host, port) — port 0 picks a free one (a machine's exporter
-        behind a FabricFederation); ``endpoint`` then says which."""
+        behind a FabricFederation); ``endpoint`` then says which. ``key``: the run's key, which seals every
+        reply for the federation."""
         super().__init__()
-        self.lab, self.dp, self.topo = lab, datapath, topo
+        self.lab, self.dp, self.topo, self.key = lab, datapath, topo, key
         self.host, self.port = parse_address(address) if isinstance(address, str) else address
 
     @property
@@ -138,7 +165,10 @@ class MetricsExporter(ForkedHelper):
         registry = CollectorRegistry(auto_describe=False)
         registry.register(collector)
         try:
-            server = make_server(self.host, self.port, make_wsgi_app(registry), handler_class=_QuietHandler)
+            app = make_wsgi_app(registry)
+            if self.key is not None:
+                app = _sealed(app, Channel(self.key, "metrics"))
+            server = make_server(self.host, self.port, app, handler_class=_QuietHandler)
         except OSError as e:
             raise MetricsFailed(f"metrics exporter: cannot listen on {self.host}:{self.port}: {e.strerror}") from None
         self.port = server.server_address[1]
@@ -171,9 +201,12 @@ class FabricFederation:
     answer this scrape (its samples are missing from it). Listens at construction, so an address in use is refused
     before anything is built."""
 
-    def __init__(self, lab: str, address: str):
+    def __init__(self, lab: str, address: str, key: bytes | None = None):
+        """``key``: the run's key; a machine's reply that does not verify under it is dropped (counted in
+        ``rejected``) and that machine reads as down for the scrape."""
         from prometheus_client import CollectorRegistry, make_wsgi_app
         self.lab, self.address = lab, address
+        self.channel = Channel(key, "metrics") if key is not None else None
         host, port = parse_address(address)
         self.machines: dict[str, tuple[str, int]] = {}
         self.scrapes = 0
@@ -195,8 +228,15 @@ class FabricFederation:
         self._thread.start()
 
     def _fetch(self, endpoint: tuple[str, int]) -> str:
-        with urllib.request.urlopen(f"http://{endpoint[0]}:{endpoint[1]}/metrics", timeout=FETCH_TIMEOUT_S) as r:
-            return r.read().decode()
+        """A machine's metrics; ValueError when its reply is not sealed by the run's key for this request."""
+        nonce = secrets.token_hex(8)
+        url = f"http://{endpoint[0]}:{endpoint[1]}/metrics" + (f"?nonce={nonce}" if self.channel else "")
+        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as r:
+            body, head = r.read(), r.headers.get(SEAL_HEADER, "")
+        sealed = head.encode() + b" " + body
+        if self.channel is not None and self.channel.open(sealed, context=nonce.encode()) is None:
+            raise ValueError(f"the reply of {endpoint[0]}:{endpoint[1]} is not sealed by this run")
+        return body.decode()
 
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
@@ -232,7 +272,8 @@ class FabricFederation:
                 self._thread.join(FETCH_TIMEOUT_S * (1 + len(self.machines)))
             self.server.server_close()
             self.results = {"address": self.address, "scrapes": self.scrapes, "missed": dict(self.missed),
-                            "machines": {m: f"{h}:{p}" for m, (h, p) in self.machines.items()}}
+                            "machines": {m: f"{h}:{p}" for m, (h, p) in self.machines.items()},
+                            "rejected": self.channel.counts() if self.channel else None}
         return self.results
 
     def degradations(self) -> list[str]:
