@@ -14,7 +14,6 @@
 #include "lib/parse.h"
 #include "lib/fib.h"
 #include "lib/hash.h"
-#include "lib/adaptive.h"
 #include "lib/lb.h"
 #include "lib/counters.h"
 #include "lib/rewrite.h"
@@ -156,7 +155,7 @@ int ftb_stage_failover(struct __sk_buff *skb)
 }
 
 /* Stage: adaptive routing chooses the least loaded allowed port, DLB a port of the best quality band at a
- * flowlet's start (lib/adaptive.h), then hands over to STAGE_FORWARD. */
+ * flowlet's start (lb/adaptive.h, lb/dlb.h), then hands over to STAGE_FORWARD. */
 int ftb_stage_adaptive(struct __sk_buff *skb)
 {
 	__u32 zero = 0;
@@ -171,7 +170,7 @@ int ftb_stage_adaptive(struct __sk_buff *skb)
 	group = fib_lookup(ctx->sw, ctx->p.daddr);
 	if (!cfg || !group)
 		return drop(ctx->in, DROP_NO_ROUTE);
-	slot = ar_slot(cfg, ctx->sw, group, &ctx->p, packet_prio(ctx->sw, ctx->p.tos), skb->len);
+	slot = lb_stage_choose(cfg, ctx->sw, group, &ctx->p, packet_prio(ctx->sw, ctx->p.tos), skb->len);
 	ftb_opaque(slot);
 	if (slot >= MAX_NH)
 		return drop(ctx->in, DROP_PORT_DOWN);       /* every candidate lost its link */

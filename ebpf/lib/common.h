@@ -60,7 +60,8 @@
 #endif
 
 /* Load-balancing modes (sw_config.mode) and spray kinds (sw_config.spray). */
-enum { MODE_ECMP = 0, MODE_FLOWLET = 1, MODE_SPRAY = 2, MODE_ADAPTIVE = 3, MODE_WCMP = 4, MODE_DLB = 5 };
+enum { MODE_ECMP = 0, MODE_FLOWLET = 1, MODE_SPRAY = 2, MODE_ADAPTIVE = 3, MODE_WCMP = 4, MODE_DLB = 5,
+       MODE_PLUGIN = 6 };
 /* WCMP (MODE_WCMP): which packets share a choice of slot (sw_config.wcmp_granularity). */
 enum { WCMP_FLOW = 0, WCMP_FLOWLET = 1, WCMP_PACKET = 2 };
 enum { SPRAY_RANDOM = 0, SPRAY_ROUND_ROBIN = 1 };

@@ -3,7 +3,7 @@
 #define FTB_COUNTERS_H
 
 #include "maps.h"
-#include "adaptive.h"
+#include "port_load.h"
 
 FTB_ALWAYS_INLINE void count_rx(__u32 ifindex, __u32 bytes)
 {

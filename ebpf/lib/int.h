@@ -23,8 +23,8 @@
 
 #include <linux/udp.h>
 #include "maps.h"
-#include "adaptive.h"
-#include "qos.h"
+#include "classify.h"
+#include "vqueue.h"
 
 #define INT_IP_OFF ETH_HLEN
 #define INT_UDP_OFF (ETH_HLEN + 20)

@@ -1,10 +1,10 @@
-/* Choosing a next hop among a group's n ports: ECMP hash, flowlet switching, packet spraying (adaptive routing,
- * which reads queue state, is a stage of its own: lib/adaptive.h), and the failover to a live port when the
- * chosen one has lost its link.
+/* Choosing a next hop among a group's n ports: the dispatch by the switch's load-balancing mode to the mode's
+ * header under lb/ (one signature for all: lb/choose.h), and the failover to a live port when the chosen one
+ * has lost its link.
  *
- * At switches with a choice (n > 1) every flow also gets an LRU entry in `flows`: flowlet state and packet
- * counts per next-hop slot, which tell how many paths a flow used and in what ratio (under SM routing, with
- * sw_config.track, on single-port groups too). */
+ * Two dispatch points, because adaptive routing and DLB read every candidate's state and so run in a stage of
+ * their own (verifier budget): lb_choose in the entry program (ecmp, flowlet, spray, wcmp, plugin) and
+ * lb_stage_choose in the adaptive stage (adaptive, dlb). */
 #ifndef FTB_LB_H
 #define FTB_LB_H
 
@@ -12,83 +12,28 @@
 #include "fib.h"
 #include "hash.h"
 #include "parse.h"
+#include "flow_state.h"
+#include "../lb/choose.h"
+#include "../lb/ecmp.h"
+#include "../lb/flowlet.h"
+#include "../lb/spray.h"
+#include "../lb/wcmp.h"
+#include "../lb/adaptive.h"
+#include "../lb/dlb.h"
+#include "../lb/plugin.h"
 
-FTB_ALWAYS_INLINE struct flow_state *flow_state_get(struct flow_key *k)
-{
-	struct flow_state *fs = flows.lookup(k);
-	if (!fs) {
-		__u32 zero_key = 0;
-		struct flow_state *zero = flow_zero.lookup(&zero_key);
-		if (!zero)
-			return 0;
-		flows.update(k, zero);
-		fs = flows.lookup(k);
-	}
-	return fs;
-}
-
-/* The flow state of the packet's 5-tuple at switch `sw` (created zeroed). */
-FTB_ALWAYS_INLINE struct flow_state *flow_state_of(__u32 sw, const struct pkt *p)
-{
-	struct flow_key k = {};
-
-	k.switch_id = sw;
-	k.saddr = p->saddr;
-	k.daddr = p->daddr;
-	k.sport = p->sport;
-	k.dport = p->dport;
-	k.proto = p->proto;
-	return flow_state_get(&k);
-}
-
-/* Count a packet against the slot it left through, in its flow's path counters. */
-FTB_ALWAYS_INLINE void lb_count(struct flow_state *fs, __u64 slot, __u32 len)
-{
-	ftb_opaque(slot);
-	if (fs && slot < MAX_NH) {
-		__sync_fetch_and_add(&fs->pkts[slot], 1);
-		__sync_fetch_and_add(&fs->bytes, len);
-	}
-}
-
-/* WCMP: a member of group `g` drawn from its weighted table — by the flow's hash, per flowlet (a new draw after
- * an idle gap above the flowlet timeout) or per packet — so each member gets its weight's share of the draws. */
-FTB_ALWAYS_INLINE __u64 wcmp_slot(const struct sw_config *cfg, const struct nh_group *g, const struct pkt *p,
-				  struct flow_state *fs)
-{
-	__u32 ns = g->nslots < WCMP_SLOTS ? g->nslots : WCMP_SLOTS;
-	__u64 s, now;
-
-	if (cfg->wcmp_granularity == WCMP_PACKET) {
-		s = pick_slot(bpf_get_prandom_u32(), ns);
-	} else if (cfg->wcmp_granularity == WCMP_FLOWLET && fs) {
-		now = bpf_ktime_get_ns();
-		if (fs->last_ns == 0 || now - fs->last_ns > cfg->flowlet_timeout_ns || fs->slot >= g->n) {
-			s = pick_slot(bpf_get_prandom_u32(), ns);
-			ftb_opaque(s);
-			fs->slot = s < WCMP_SLOTS ? g->wslot[s] : 0;
-			fs->flowlets++;
-		}
-		fs->last_ns = now;
-		return fs->slot;
-	} else {
-		s = pick_slot(pkt_hash(cfg->seed, cfg->hash_fields, p), ns);
-	}
-	ftb_opaque(s);
-	return s < WCMP_SLOTS ? g->wslot[s] : 0;
-}
-
-/* The slot a packet of flow `p` takes in group `g` by the switch's mode; `*fsp` gets the flow's state where the
- * switch keeps one (the caller counts the packet there once the port is known to be up: lb_count).
+/* The slot a packet of flow `p` takes in group `g` by the switch's mode (the entry program's modes); `*fsp` gets
+ * the flow's state where the switch keeps one (the caller counts the packet there once the port is known to be
+ * up: lb_count). MAX_NH: a plugin gave no valid slot.
  * Slots are __u64: with 32-bit values clang bounds-checks one zero-extended copy and indexes with another,
  * which the verifier cannot follow. */
 FTB_ALWAYS_INLINE __u64 lb_choose(__u32 sw, const struct nh_group *g, const struct pkt *p, struct flow_state **fsp)
 {
+	struct lb_args a = {};
 	struct sw_config *cfg;
 	struct flow_state *fs;
-	__u32 n = g->n, mode, *rr;
+	__u32 n = g->n, mode;
 	__u64 slot;
-	__u64 now;
 
 	*fsp = 0;
 	if (n > MAX_NH)
@@ -107,36 +52,74 @@ FTB_ALWAYS_INLINE __u64 lb_choose(__u32 sw, const struct nh_group *g, const stru
 	if (n == 1)
 		return 0;
 
+	a.cfg = cfg;
+	a.g = g;
+	a.p = p;
+	a.fs = fs;
+	a.prio = LB_PRIO_UNSET;
+	a.sw = sw;
+	a.n = n;
+	a.hash = pkt_hash(cfg->seed, cfg->hash_fields, p);
 	if (mode == MODE_SPRAY) {
-		if (cfg->spray == SPRAY_ROUND_ROBIN) {
-			/* BCC's LLVM targets BPF v1/v2, which has no fetch-and-add: read, then add atomically.
-			 * Two CPUs racing may pick the same slot; the counter itself never loses a step. */
-			rr = rr_next.lookup(&sw);
-			slot = 0;
-			if (rr) {
-				slot = *(volatile __u32 *)rr % n;
-				__sync_fetch_and_add(rr, 1);
-			}
-		} else {
-			slot = pick_slot(bpf_get_prandom_u32(), n);
-		}
-	} else if (mode == MODE_WCMP && g->nslots) {
-		slot = wcmp_slot(cfg, g, p, fs);
-	} else if (mode == MODE_FLOWLET && fs) {
-		/* A new path only after an idle gap longer than the timeout: never reorders within a burst. */
-		now = bpf_ktime_get_ns();
-		if (fs->last_ns == 0 || now - fs->last_ns > cfg->flowlet_timeout_ns || fs->slot >= n) {
-			fs->slot = pick_slot(bpf_get_prandom_u32(), n);
-			fs->flowlets++;
-		}
-		fs->last_ns = now;
-		slot = fs->slot;
+		slot = lb_spray_choose(&a);
+	} else if (mode == MODE_WCMP) {
+		slot = lb_wcmp_choose(&a);
+	} else if (mode == MODE_FLOWLET) {
+		slot = lb_flowlet_choose(&a);
+#ifdef FTB_PLUGIN
+	} else if (mode == MODE_PLUGIN) {
+		slot = ftb_plugin_choose(&a);
+		ftb_opaque(slot);
+		if (slot >= n)
+			return MAX_NH;
+#endif
 	} else {
-		slot = pick_slot(pkt_hash(cfg->seed, cfg->hash_fields, p), n);
+		slot = lb_ecmp_choose(&a);
 	}
 	ftb_opaque(slot);
 	if (slot >= MAX_NH)
 		slot = 0;
+	return slot;
+}
+
+/* The adaptive stage's choice for a packet of flow `p` at switch `sw` among group `g` (adaptive routing or DLB,
+ * lb/adaptive.h, lb/dlb.h). Counts the packet against its slot in the flow's path counters, as lb_choose's
+ * caller does; MAX_NH when every candidate has lost its link. */
+FTB_ALWAYS_INLINE __u64 lb_stage_choose(const struct sw_config *cfg, __u32 sw, const struct nh_group *g,
+					const struct pkt *p, __u64 prio, __u32 len)
+{
+	struct lb_args a = {};
+	__u32 n = g->n < MAX_NH ? g->n : MAX_NH;
+	struct flow_state *fs;
+	__u64 now = bpf_ktime_get_ns(), slot;
+
+	if (n <= 1)
+		return 0;
+	fs = flow_state_of(sw, p);
+	a.cfg = cfg;
+	a.g = g;
+	a.p = p;
+	a.fs = fs;
+	a.now = now;
+	a.prio = prio;
+	a.sw = sw;
+	a.n = n;
+	a.hash = pkt_hash(cfg->seed, cfg->hash_fields, p);
+	if (cfg->mode == MODE_DLB)
+		slot = lb_dlb_choose(&a);
+	else
+		slot = lb_adaptive_choose(&a);
+	ftb_opaque(slot);
+	if (slot >= MAX_NH)
+		slot = 0;
+	if (port_is_down(g->ports[slot]))
+		return MAX_NH;
+	if (fs) {
+		fs->slot = slot;
+		fs->last_ns = now;
+		__sync_fetch_and_add(&fs->pkts[slot], 1);
+		__sync_fetch_and_add(&fs->bytes, len);
+	}
 	return slot;
 }
 
@@ -155,7 +138,7 @@ FTB_ALWAYS_INLINE __u64 failover_slot(const struct nh_group *g, __u32 n, __u32 h
 		return MAX_NH;
 	sc->best = MAX_NH;
 	sc->score = 0;
-	/* not unrolled, and the index checked where it is used (as in lib/adaptive.h: clang's rewritten loops can
+	/* not unrolled, and the index checked where it is used (as in lb/adaptive.h: clang's rewritten loops can
 	 * index the array in ways the verifier cannot bound) */
 #pragma clang loop unroll(disable)
 	for (__u64 i = 0; i < MAX_NH; i++) {

@@ -17,14 +17,14 @@ BPF_TABLE("lru_hash", struct flow_key, struct flow_state, flows, FLOW_SIZE);
  * MAX_NH is large). Never written. */
 BPF_ARRAY(flow_zero, struct flow_state, 1);
 BPF_PERCPU_ARRAY(port_stats, struct port_stats, PORT_SLOTS);
-BPF_ARRAY(port_load, struct port_load, PORT_SLOTS);     /* adaptive routing's load metric (lib/adaptive.h) */
+BPF_ARRAY(port_load, struct port_load, PORT_SLOTS);     /* adaptive routing's load metric (lib/port_load.h) */
 BPF_PERCPU_ARRAY(fwd_scratch, struct fwd_ctx, 1);
 BPF_PERCPU_ARRAY(ar_scratch, struct ar_scratch, 1);       /* the decision handed between stages (tail calls) */
 BPF_PERCPU_ARRAY(fo_scratch, struct fo_scratch, 1);     /* the failover stage's choice (lib/fib.h) */
 BPF_PROG_ARRAY(stages, N_STAGES);                       /* STAGE_*: filled by the loader */
 BPF_PERCPU_ARRAY(drop_reason_counts, __u64, DROP_MAX);   /* not "drop_reasons": a kernel symbol in full headers */
 
-/* Congestion and flow control (lib/qos.h). */
+/* Congestion and flow control (lib/qos.h and the headers it composes). */
 BPF_ARRAY(qos_config, struct qos_config, N_SWITCHES);
 BPF_ARRAY(port_qos, struct port_qos, PORT_SLOTS);
 BPF_ARRAY(vq, struct vqueue, PORT_SLOTS * N_PRIO);      /* the model of each egress queue */
@@ -57,5 +57,13 @@ BPF_ARRAY(int_config, struct int_config, 1);
 BPF_ARRAY(port_tx, __u64, PORT_SLOTS);                  /* bytes each switch port sent (with INT on): hop records */
 BPF_PERCPU_ARRAY(int_stats, __u64, INT_STATS);
 BPF_RINGBUF_OUTPUT(int_reports, 256);                   /* the sinks' exports → telemetry/int.py */
+
+#ifdef FTB_PLUGIN
+/* load_balancing: plugin — switch.plugin.params by index (PLUGIN_PARAM_<NAME>, lb/choose.h ftb_plugin_param). */
+#ifndef PLUGIN_PARAMS
+#define PLUGIN_PARAMS 1
+#endif
+BPF_ARRAY(plugin_params, __u64, PLUGIN_PARAMS);
+#endif
 
 #endif
