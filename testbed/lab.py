@@ -220,8 +220,10 @@ class Lab:
             from concurrent.futures import wait as wait_futures
 
             from .datapath import Datapath
+            from .lb.plugin import for_datapath
             self.datapath = Datapath(self.topo, self.scen.switch, self.ports, self.scen.telemetry.int,
-                                     host_stacks=self.scen.host_int_hops > 0)
+                                     host_stacks=self.scen.host_int_hops > 0,
+                                     plugin=for_datapath(self.scen.switch))
             # BCC compiles in C without the GIL: overlap it with the kernel building the fabric
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcc")
             compiled = None

@@ -20,6 +20,7 @@ from . import dilation, profiles, units
 from .spec_types import NodeName, Rate, ScenarioError, Size, Strict, Time, unit as _unit
 from .datapath.int_wire import INT_HEADER_BYTES, INT_HOP_BYTES
 from .inband.spec import IntSpec
+from .lb.plugin import PluginSpec, resolve_source as resolve_plugin
 from .lb.spec import AdaptiveSpec, DlbSpec, WcmpSpec
 from .qos.spec import (CreditSpec, EcnMap, EcnSpec, PfcSpec, QosSpec, ResolvedQos, SharedBufferSpec,
                        TrafficClassSpec, TrimSpec)
@@ -42,7 +43,8 @@ ROCE_DSCP = 26                  # AF31: the DSCP RoCE NICs mark by default
 
 
 class SwitchSpec(Strict):
-    load_balancing: Literal["ecmp", "flowlet", "spray", "adaptive", "wcmp", "dlb"] = "ecmp"
+    load_balancing: Literal["ecmp", "flowlet", "spray", "adaptive", "wcmp", "dlb", "plugin"] = "ecmp"
+    plugin: Optional[PluginSpec] = None     # load_balancing plugin: the header and its parameters (lb/plugin.py)
     # distributed: every switch's own ECMP groups (topology FIB), local fast failover, routes recomputed when a
     # link changes; sm: a subnet manager computes per-destination tables (switch.sm) and sweeps link state
     routing: Literal["distributed", "sm"] = "distributed"
@@ -64,6 +66,14 @@ class SwitchSpec(Strict):
     shared_buffer: Optional[SharedBufferSpec] = None    # None: every (port, priority) has its own `buffer`
     trim: TrimSpec = TrimSpec()
     tiers: dict[Literal[TIERS], QosSpec] = {}
+
+    @model_validator(mode="after")
+    def _plugin(self):
+        if self.load_balancing == "plugin" and self.plugin is None:
+            raise ValueError("load_balancing: plugin needs switch.plugin: {source: HEADER.h, params: {...}}")
+        if self.plugin is not None and self.load_balancing != "plugin":
+            raise ValueError(f"plugin: only with load_balancing: plugin (it is {self.load_balancing})")
+        return self
 
     @model_validator(mode="after")
     def _hash_fields(self):
@@ -741,6 +751,7 @@ def load(path: str | Path, overrides: tuple[str, ...] = ()) -> Scenario:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ScenarioError(f"{path}:{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    resolve_plugin(doc.get("switch") if isinstance(doc, dict) else None, path.parent)
     tr = ((doc or {}).get("traffic") or {}) if isinstance(doc, dict) else {}
     for key in ("size_dist", "replay"):                # a CDF or schedule file beside the scenario
         ref = tr.get(key) if isinstance(tr, dict) else None

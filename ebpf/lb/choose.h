@@ -88,8 +88,9 @@ FTB_ALWAYS_INLINE __u64 lb_queue_ns(struct lb_args *a, __u64 slot)
 	return ar_queue_ns(lb_port(a, slot), lb_prio(a), lb_now(a));
 }
 
-/* How long slot `slot`'s port was busy over about the last load window, in ns (port_load.h). Kept only while
- * the switch's mode charges it (counters.h count_load: adaptive by load, DLB with a load weight). */
+/* How long slot `slot`'s port was busy over about the last load window (switch.adaptive.load_window), in ns
+ * (port_load.h). Kept only while the switch's mode charges it (counters.h count_load: adaptive routing and a
+ * plugin with switch.adaptive.metric load or queue+load, DLB with a load weight); else 0. */
 FTB_ALWAYS_INLINE __u64 lb_load_ns(struct lb_args *a, __u64 slot)
 {
 	return ar_load_ns(lb_port(a, slot), lb_now(a), a->cfg->load_window_ns);

@@ -23,11 +23,15 @@ FTB_ALWAYS_INLINE void count_tx(__u32 ifindex, __u32 bytes)
 	}
 }
 
-/* Adaptive routing with a load metric, DLB with a load weight: charge the bytes to the egress port's recent load. */
+/* Adaptive routing with a load metric, DLB with a load weight (a plugin like adaptive routing: with
+ * switch.adaptive.metric load or queue+load): charge the bytes to the egress port's recent load. */
 FTB_ALWAYS_INLINE void count_load(__u32 sw, __u32 out, __u32 bytes)
 {
 	struct sw_config *cfg = sw_config.lookup(&sw);
 	if (cfg && ((cfg->mode == MODE_ADAPTIVE && cfg->ar_metric != AR_QUEUE) ||
+#ifdef FTB_PLUGIN
+		    (cfg->mode == MODE_PLUGIN && cfg->ar_metric != AR_QUEUE) ||
+#endif
 		    (cfg->mode == MODE_DLB && cfg->dlb_load_weight)))
 		ar_load_add(out, bytes, bpf_ktime_get_ns(), cfg->load_window_ns);
 }

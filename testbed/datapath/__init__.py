@@ -18,27 +18,32 @@ switch: DSCP → priority, lossless and ECN curves, Xoff, trimming: lib/trim.h),
 stopped draining), ``ingress_state`` (PFC accounting per ingress, under a spin lock), ``queue_stats`` /
 ``queue_max`` (per-CPU counters, with the trims of switch.trim), ``pfc_events`` (ring buffer to the PFC agent), ``pfc_stats`` (the agent's
 counters). User space changes the model only through the control program ``ftb_ctl`` (``Datapath.control``).
+Load balancing ``plugin`` (``Datapath(plugin=LbPlugin(...))``, built by testbed/lb/plugin.py): the plugin's header
+is compiled in at ebpf/lb/plugin.h's place and ``plugin_params`` holds its parameters by index.
 """
 from __future__ import annotations
 
 import ctypes as ct
 import functools
 import ipaddress
+import re
 import socket
 import struct
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import hashing, kheaders, source
 from ..fabric.port import HOST_LINK_ROLES, N_PRIO, PortConfig, port_configs
 from .int_wire import INT_MAX_HOPS
 from .bccutil import import_bcc, quiet_stderr
+from .source import LbPlugin
 from ..errors import DatapathError
 from . import queue_model
 from .queue_model import drift_resync, ingress_queued, queue_state
 
 __all__ = ["Datapath", "DatapathError", "PortCounters", "QueueCounters", "N_PRIO", "FlowPath", "DROP_REASONS",
-           "MODES", "SPRAY_KINDS"]
+           "MODES", "SPRAY_KINDS", "LbPlugin"]
 
 PROGRAM = "ftb_switch_ingress"
 NIC_RELEASE = "ftb_nic_release"     # XDP on leaf host ports: releases the sender's socket (see switch.c)
@@ -49,7 +54,7 @@ INT_STAGE = "ftb_stage_int"
 ADAPTIVE_STAGE = "ftb_stage_adaptive"
 ADAPTIVE_MODES = ("adaptive", "dlb")   # the load-balancing modes whose choice runs in ADAPTIVE_STAGE (switch.c)
 CONTROL_PROGRAM = "ftb_ctl"          # user space's atomic changes to the queue model (run with PROG_TEST_RUN)
-MODES = {"ecmp": 0, "flowlet": 1, "spray": 2, "adaptive": 3, "wcmp": 4, "dlb": 5}
+MODES = {"ecmp": 0, "flowlet": 1, "spray": 2, "adaptive": 3, "wcmp": 4, "dlb": 5, "plugin": 6}
 WCMP_GRANULARITY = {"flow": 0, "flowlet": 1, "packet": 2}
 AR_METRICS = {"queue": 0, "load": 1, "queue+load": 2}
 AR_GRANULARITY = {"packet": 0, "flowlet": 1}
@@ -154,6 +159,24 @@ def _net_str(u32: int) -> str:
     return socket.inet_ntoa(struct.pack("<I", u32))
 
 
+_CLANG_ERROR = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?:(?P<col>\d+):)? (?:fatal )?error: (?P<msg>.*)$")
+
+
+def _plugin_error(log: str, plugin: LbPlugin) -> str:
+    """A plugin build's failure in one line: clang's first ``error:`` as ``switch.plugin.source: FILE:LINE: …``
+    when it is in the plugin's header (its #line markers make clang name it), else the error with the plugin
+    named; the verifier's complaint likewise."""
+    src = str(Path(plugin.source).resolve())
+    for ln in log.splitlines():
+        m = _CLANG_ERROR.match(ln.strip())
+        if m:
+            if Path(m["file"]).resolve() == Path(src):
+                return f"switch.plugin.source: {src}:{m['line']}: {m['msg']}"
+            return f"switch.plugin.source {src}: {m['file']}:{m['line']}: {m['msg']}"
+    first = _first_error(log)
+    return f"switch.plugin.source {src}: {first}" if first else ""
+
+
 def _first_error(log: str) -> str:
     """The line of a BCC log that says what went wrong: a compiler error, or the verifier's complaint (the
     line before its "processed N insns" summary)."""
@@ -168,12 +191,14 @@ class Datapath:
     """Compile, load and configure the switch program; read its counters. One object serves every switch."""
 
     def __init__(self, topo, switch_spec, ports: dict[int, PortConfig] | None = None, int_spec=None,
-                 host_stacks: bool = False):
+                 host_stacks: bool = False, plugin: LbPlugin | None = None):
         """``ports``: every port's egress configuration (fabric.port), the same objects the fabric builder used;
         default: computed from ``switch_spec``. ``int_spec``: the scenario's ``telemetry.int`` (None: off).
         ``host_stacks``: every switch adds its INT record to the stacks hosts start (Scenario.host_int_hops:
-        traffic.cc hpcc)."""
+        traffic.cc hpcc). ``plugin``: a load-balancing plugin to compile in (switch.load_balancing: plugin;
+        testbed/lb/plugin.py for_datapath)."""
         self.topo = topo
+        self.plugin = plugin
         self.switch_spec = switch_spec
         self.int_spec = int_spec if int_spec is not None and int_spec.enabled else None
         self.host_stacks = bool(host_stacks)
@@ -224,9 +249,13 @@ class Datapath:
             return self
         kheaders.ensure()
         BPF = import_bcc()
-        text = source.render(source.EBPF_DIR / "switch.c")
+        text = source.render(source.EBPF_DIR / "switch.c", self.plugin)
         # INT off: the INT stage is not compiled at all (nothing can tail-call it; a fifth less compile time)
         cflags = [f"-D{k}={v}" for k, v in self.sizes.items()] + [f"-DFTB_INT_STAGE={int(self.int_on)}"]
+        if self.plugin is not None:
+            # a call to an undeclared function would compile (C89) and fail in the verifier without a line
+            cflags += ["-DFTB_PLUGIN=1", f"-DPLUGIN_PARAMS={max(1, len(self.plugin.values))}",
+                       "-Werror=implicit-function-declaration"]
         t0 = time.perf_counter()
         with quiet_stderr() as err:
             try:
@@ -242,8 +271,11 @@ class Datapath:
                                 for name in STAGES]
             except Exception as e:   # BCC raises bare Exception with the details on stderr
                 log = err.text()
-                first = _first_error(log) or str(e)
                 self.build_log = log
+                if self.plugin is not None:
+                    raise DatapathError(_plugin_error(log, self.plugin) or
+                                        f"switch.plugin.source {self.plugin.source}: {e}") from None
+                first = _first_error(log) or str(e)
                 raise DatapathError(f"eBPF switch program failed to build/load: {first}") from None
             self.build_log = err.text()
         self.compile_seconds = time.perf_counter() - t0
@@ -257,12 +289,20 @@ class Datapath:
             if not self.sm:                    # SM routing: the subnet manager programs the FIB
                 self._fill_fib()
             self.set_mode(self.switch_spec)
+            self._fill_plugin()
             self._fill_qos()
             self._fill_int()
         except Exception:
             self.close()
             raise
         return self
+
+    def _fill_plugin(self) -> None:
+        if self.plugin is None:
+            return
+        t = self._bpf[b"plugin_params"]
+        for i, v in enumerate(self.plugin.values):
+            t[t.Key(i)] = t.Leaf(v)
 
     def _stage_needed(self, name: str, switch_spec=None) -> bool:
         """Whether a tail-call stage can be reached: INT only with INT on, adaptive only where a switch's mode
@@ -560,6 +600,9 @@ class Datapath:
         """Apply a SwitchSpec (load balancing, flowlet timeout, spray kind, hash seed) live, to every switch or
         to the named ones. Existing flowlet state stays; call clear_flows() for a clean slate."""
         self._need()
+        if switch_spec.load_balancing == "plugin" and self.plugin is None:
+            raise DatapathError("load_balancing plugin: this switch program was built without one "
+                                "(Datapath(plugin=...))")
         if self._stage_needed(ADAPTIVE_STAGE, switch_spec):
             self._ensure_stage(ADAPTIVE_STAGE)
         if switches is None:
