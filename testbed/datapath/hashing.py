@@ -142,7 +142,7 @@ def wcmp_index(seed: int, saddr, daddr, sport: int, dport: int, proto: int, tabl
 
 def dlb_level(ns: int, full: int, bands: int) -> int:
     """A DLB metric quantised to 0 .. bands − 1: floor(ns / full × bands), the top level from ``full`` on; 0
-    without a scale (ebpf/lib/adaptive.h dlb_level)."""
+    without a scale (ebpf/lb/dlb.h dlb_level)."""
     if not full:
         return 0
     return bands - 1 if ns >= full else ns * bands // full
@@ -150,7 +150,7 @@ def dlb_level(ns: int, full: int, bands: int) -> int:
 
 def dlb_band(load_ns: int, load_window_ns: int, queue_ns: int, buffer_ns: int, bands: int, load_weight: int,
              queue_weight: int) -> int:
-    """The quality band of a port under DLB (0 best), exactly as ebpf/lib/adaptive.h dlb_band: its load (ns busy
+    """The quality band of a port under DLB (0 best), exactly as ebpf/lb/dlb.h dlb_band: its load (ns busy
     over the load window) and queue (drain time, ns, against its buffer's drain time ``buffer_ns``) quantised to
     levels, their weighted mean rounded half up."""
     w = load_weight + queue_weight

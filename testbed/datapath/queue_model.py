@@ -1,6 +1,6 @@
 """The switch program's queue model, read from user space: depth, bytes sent, PFC ingress accounting, resync.
 
-The model lives in BPF maps (ebpf/lib/qos.h): ``vq`` holds the time at which an (egress port, priority) queue
+The model lives in BPF maps (ebpf/lib/vqueue.h): ``vq`` holds the time at which an (egress port, priority) queue
 would be empty if it drained at the port rate and the bytes ever enqueued, ``egress_paused`` when a
 paused queue stopped draining, ``ingress_state`` the chunks of lossless bytes per ingress. The telemetry
 sampler and the PFC agent both read it and both resynchronise it with the real qdisc backlog; the arithmetic
@@ -39,7 +39,7 @@ def control(prog_fd: int, op: int, key: int, a: int = 0, b: int = 0, c: int = 0)
 
 def queue_state(bpf, port: int, prio: int, now: int) -> tuple[int, int]:
     """(depth now, bytes ever enqueued) of the model's egress queue (port, prio); a queue out of credit holds at
-    least what it may not send yet (vq_read in lib/qos.h)."""
+    least what it may not send yet (vq_read in lib/vqueue.h)."""
     k = port * N_PRIO + prio
     ps = bpf[b"port_qos"][bpf[b"port_qos"].Key(port)].ps_per_byte
     if not ps:
@@ -55,20 +55,20 @@ def queue_state(bpf, port: int, prio: int, now: int) -> tuple[int, int]:
 
 def queue_sent(bpf, port: int, prio: int, now: int) -> int:
     """Bytes the model's egress queue (port, prio) has sent so far: enqueued − depth, never past its credit cap
-    (qos_sent in lib/qos.h)."""
+    (qos_sent in lib/vqueue.h)."""
     depth, en = queue_state(bpf, port, prio, now)
     return max(0, en - depth)
 
 
 def shared_used(bpf, keys, now: int) -> int:
     """Occupancy of a switch's shared buffer: the depths of its queues (vq indexes ``keys``) added up
-    (shared_used in lib/qos.h)."""
+    (shared_used in lib/shared_buffer.h)."""
     return sum(queue_state(bpf, k // N_PRIO, k % N_PRIO, now)[0] for k in keys)
 
 
 def shared_threshold(pool: int, alpha_q10: int, used: int) -> int:
     """A shared buffer's dynamic threshold: alpha (scaled by 2^10) × the free pool (shared_threshold in
-    lib/qos.h)."""
+    lib/shared_buffer.h)."""
     return (pool - used) * alpha_q10 >> 10 if pool > used else 0
 
 
@@ -79,7 +79,7 @@ def capped(enq: int, cap: int) -> int:
 
 def ingress_queued(bpf, slots: int, port: int, prio: int, now: int | None = None) -> int:
     """Bytes that arrived on ingress (port, prio) and still sit in some egress queue of its switch: the PFC
-    ingress accounting of lib/qos.h (ingress_recount), read without writing (the switch program owns it)."""
+    ingress accounting of lib/ingress_acct.h (ingress_recount), read without writing (the switch program owns it)."""
     now = now if now is not None else time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     t = bpf[b"ingress_state"]
     st = t[t.Key(port * N_PRIO + prio)]

@@ -8,7 +8,7 @@ The emulation meters each sender with its own serialiser. The sending port's TBF
 (PortConfig) runs at a near-zero token rate, so its *bucket is the credit*: it sends what its bucket holds, at
 the pace of the HTB class above it, then waits. Every ``update_interval`` the agent reads, per link and lane, the
 receiver's free buffer for that ingress — the credit buffer minus the bytes of that ingress still queued in the
-receiving switch (the switch program's per-ingress accounting, lib/qos.h) — less a margin, in ``block``s. The
+receiving switch (the switch program's per-ingress accounting, lib/ingress_acct.h) — less a margin, in ``block``s. The
 credit the sender still holds is never more than that (it was granted out of space that has since filled or is
 still free), so an update only adds credit and is skipped while the sender holds most of what it could get.
 A TBF change refills the bucket — an absolute limit from that instant, like IB's FCCL — so the bytes the sender

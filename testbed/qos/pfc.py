@@ -7,7 +7,7 @@ tiny rate, resuming changes it back and sends one small "kick" frame so HTB dequ
 
 One forked process (SCHED_FIFO when allowed) does all of it, blocked on the BPF ring buffer:
 - EVT_XOFF (the bytes that came in on port P at a lossless priority and still sit in the switch's egress queues
-  passed Xoff — ingress accounting, lib/qos.h): send a PFC frame out of P (quanta 0xffff for that priority).
+  passed Xoff — ingress accounting, lib/pfc.h): send a PFC frame out of P (quanta 0xffff for that priority).
   Then watch that ingress's queued bytes (``ingress_queued``); when they fall to Xon, send a PFC frame with
   quanta 0 (Xon) and record how long after Xoff the last lossless frame still arrived on P (the reaction).
 - EVT_PFC_RX (a PFC frame arrived on port Q, switch or host NIC): pause/resume Q's classes as the frame says,
@@ -390,7 +390,7 @@ class _Agent:
 
     def _xon_level(self, sw: str, now: int) -> int:
         """Bytes an ingress of ``sw`` must fall to for Xon: pfc.xon, or with a shared buffer the dynamic
-        threshold less the Xon offset (the Xoff rule of lib/qos.h with hysteresis), at most SHARED_LEVEL_S old
+        threshold less the Xon offset (the Xoff rule of lib/pfc.h with hysteresis), at most SHARED_LEVEL_S old
         (the queues drain meanwhile: the level only rises, so a cached one resumes a little late, never early)."""
         if sw not in self.shared:
             return self.xon[sw]

@@ -6,7 +6,7 @@ both ends when either end goes down). Two jobs:
 
 - **Link-state watcher** (both routings): RTMGRP_LINK notifications arrive the moment a port's carrier changes,
   and the agent marks the port in the datapath's ``port_down`` map at once. Every egress choice skips such a
-  port (ebpf/lib/lb.h failover_slot, lib/adaptive.h): local fast failover, as a switch's hardware does.
+  port (ebpf/lib/lb.h failover_slot, lb/adaptive.h): local fast failover, as a switch's hardware does.
 - **Routing**:
   - ``switch.routing: distributed`` — the reaction a routing protocol converges to, computed right after the
     notification: per (switch, leaf prefix) the ECMP group of the shortest valley-free paths over the links that
