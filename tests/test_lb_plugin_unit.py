@@ -304,3 +304,24 @@ def test_plugin_mode_needs_a_plugin_compiled_in(dp, topo):
         dp.set_mode(dp.switch_spec)      # fine: this one has a plugin
         d._bpf = dp._bpf                  # a loaded program without a plugin
         d.set_mode(dp.switch_spec)
+
+
+def test_cost_of_two_choices(dp, topo, scen, capsys):
+    """Per-packet cost of the two-choices plugin against ECMP on the same packets, same run (queue models emptied
+    before each batch: testbed.bench.select.mode_costs). Within a kept choice (flowlet timeout 1 s) it is a
+    flow-state check like flowlet switching's; a new choice on every packet (timeout 0) adds the second hash and
+    two queue reads — no tail call, it runs in the entry program."""
+    from testbed.bench.select import mode_costs
+    params(dp, per_flowlet=1, salt=99)
+    try:
+        c = mode_costs(dp, topo, {
+            "ecmp": scen.switch.model_copy(update={"load_balancing": "ecmp"}),
+            "kept": scen.switch.model_copy(update={"flowlet_timeout": 10**9}),
+            "new": scen.switch.model_copy(update={"flowlet_timeout": 0})})
+    finally:
+        params(dp, per_flowlet=0)
+        dp.set_mode(scen.switch)
+    with capsys.disabled():
+        print(f"\n[plugin cost] ns/pkt ECMP {c['ecmp'][0]:.0f}; two choices kept {c['kept'][0]:.0f} "
+              f"({c['kept'][1]:.2f}×), a new choice every packet {c['new'][0]:.0f} ({c['new'][1]:.2f}×)")
+    assert c["kept"][1] < 1.3 and c["new"][1] < 1.6, c
