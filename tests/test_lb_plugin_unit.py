@@ -308,10 +308,10 @@ def test_plugin_mode_needs_a_plugin_compiled_in(dp, topo):
 
 def test_cost_of_two_choices(dp, topo, scen, capsys):
     """Per-packet cost of the two-choices plugin against ECMP on the same packets, same run (queue models emptied
-    before each batch: testbed.bench.select.mode_costs). Within a kept choice (flowlet timeout 1 s) it is a
+    before each batch: testbed.bench.next_hop.mode_costs). Within a kept choice (flowlet timeout 1 s) it is a
     flow-state check like flowlet switching's; a new choice on every packet (timeout 0) adds the second hash and
     two queue reads — no tail call, it runs in the entry program."""
-    from testbed.bench.select import mode_costs
+    from testbed.bench.next_hop import mode_costs
     params(dp, per_flowlet=1, salt=99)
     try:
         c = mode_costs(dp, topo, {
