@@ -7,7 +7,7 @@
 
 FTB_ALWAYS_INLINE __u64 lb_ecmp_choose(struct lb_args *a)
 {
-	return pick_slot(a->hash, a->n);
+	return pick_slot(lb_hash(a), a->n);
 }
 
 #endif

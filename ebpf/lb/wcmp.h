@@ -31,7 +31,7 @@ FTB_ALWAYS_INLINE __u64 lb_wcmp_choose(struct lb_args *a)
 		fs->last_ns = now;
 		return fs->slot;
 	} else {
-		s = pick_slot(a->hash, ns);
+		s = pick_slot(lb_hash(a), ns);
 	}
 	ftb_opaque(s);
 	return s < WCMP_SLOTS ? g->wslot[s] : 0;

@@ -59,7 +59,6 @@ FTB_ALWAYS_INLINE __u64 lb_choose(__u32 sw, const struct nh_group *g, const stru
 	a.prio = LB_PRIO_UNSET;
 	a.sw = sw;
 	a.n = n;
-	a.hash = pkt_hash(cfg->seed, cfg->hash_fields, p);
 	if (mode == MODE_SPRAY) {
 		slot = lb_spray_choose(&a);
 	} else if (mode == MODE_WCMP) {
@@ -104,7 +103,6 @@ FTB_ALWAYS_INLINE __u64 lb_stage_choose(const struct sw_config *cfg, __u32 sw, c
 	a.prio = prio;
 	a.sw = sw;
 	a.n = n;
-	a.hash = pkt_hash(cfg->seed, cfg->hash_fields, p);
 	if (cfg->mode == MODE_DLB)
 		slot = lb_dlb_choose(&a);
 	else

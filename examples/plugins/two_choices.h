@@ -1,7 +1,7 @@
 /* Power of two choices on the queue model: a load-balancing plugin (switch.load_balancing: plugin,
  * docs/extending.md).
  *
- * The flow's key is hashed twice — the switch's ECMP hash (a->hash) and a second, independent hash of the same
+ * The flow's key is hashed twice — the switch's ECMP hash (lb_hash) and a second, independent hash of the same
  * fields (lb_hash2) — to two different members of the group; the packet takes the one whose egress queue is
  * shorter: the virtual queue the packet would join, by the measure adaptive routing uses (lb/adaptive.h
  * ar_cost, switch.adaptive.metric: `queue` its drain time, `load` the port's busy time over the last
@@ -31,7 +31,7 @@
 /* The two candidates of the flow (different slots), and the one with the shorter queue. */
 FTB_ALWAYS_INLINE __u64 two_choices_pick(struct lb_args *a)
 {
-	__u64 c1 = pick_slot(a->hash, a->n), c2 = pick_slot(lb_hash2(a, TWO_CHOICES_SALT), a->n - 1), q1, q2;
+	__u64 c1 = pick_slot(lb_hash(a), a->n), c2 = pick_slot(lb_hash2(a, TWO_CHOICES_SALT), a->n - 1), q1, q2;
 
 	if (c2 >= c1)
 		c2++;                         /* n − 1 others: never the same member twice */
@@ -52,7 +52,7 @@ FTB_ALWAYS_INLINE __u64 ftb_plugin_choose(struct lb_args *a)
 	__u64 now, slot;
 
 	if (!fs)
-		return pick_slot(a->hash, a->n);     /* no flow state (a full table): the hash keeps the flow on one path */
+		return pick_slot(lb_hash(a), a->n);  /* no flow state (a full table): the hash keeps the flow on one path */
 	now = lb_now(a);
 	slot = fs->slot;
 	if (fs->last_ns == 0 || slot >= a->n || lb_port_down(a, slot) ||
