@@ -52,7 +52,7 @@ from .batch import HDR as BATCH_HDR, HDR_RETH as BATCH_HDR_RETH, IP_ID as BATCH_
 from .batch import HDR_RETH_X as BATCH_HDR_RETH_X, HDR_X as BATCH_HDR_X
 from .batch import BatchSender
 from .link import resolve
-from .dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
+from .cc import NotificationPoint, make_sender_cc
 from ..engine_api import DONE, READY, WAIT_TIME, WAIT_WRITE
 
 ACK_EVERY = 8
@@ -345,7 +345,7 @@ class Responder:
         self.drop_prob = float(o.get("drop_prob") or 0.0)
         self.rng = random.Random(0xD20 + self.flow_id)
         cc = o.get("cc", "none")
-        self.np = NotificationPoint(float(o["cnp_interval_s"])) if cc == "dcqcn" else None
+        self.np = NotificationPoint(float(o["cnp_interval_s"])) if o.get("cnp", cc == "dcqcn") else None
         self.ce = 0
         self.ctl = w.Template(flow["dst_addr"], flow["src_addr"], req_qpn(self.flow_id),
                               tos=flow.get("dscp", w.DSCP_ROCE) << 2)
@@ -698,12 +698,12 @@ class Requester:
         self.rng = random.Random(0xCE + self.fid)
         self.deadline = job["t0"] + job["duration_s"]
         self.static_rate = flow.get("rate_bps")
-        self.cc = o.get("cc", "none")
-        self.params = DcqcnParams(**o["dcqcn"]) if self.cc == "dcqcn" else None
-        self.rp = None
-        self.scc = None                                 # a window/rate CC of roce/cc (not DCQCN)
+        self.cc_name = o.get("cc", "none")
+        self.cc = None                                  # the flow's SenderCC (roce/cc/; None: cc none)
         self.cc_opts = o.get("cc_params") or {}
-        self.trace = CcTrace(float(o.get("cc_trace_s") or 0.001)) if self.cc not in ("none",) else None
+        if self.cc_name == "dcqcn" and "dcqcn" not in self.cc_opts:
+            self.cc_opts = {"dcqcn": o["dcqcn"]}
+        self.trace = CcTrace(float(o.get("cc_trace_s") or 0.001)) if self.cc_name != "none" else None
         self.una = self.nxt = self.hi = 0
         self.retxq: collections.deque = collections.deque()
         self.sent = self.retrans = self.timeouts = self.naks = self.acks = 0
@@ -730,12 +730,9 @@ class Requester:
         self.send_start = now
         self.last_progress = now
         self.next_t = now
-        if self.params is not None:
-            self.rp = ReactionPoint(self.params, now)
-        elif self.cc != "none":
-            from .cc import make_sender_cc
-            self.scc = make_sender_cc(self.cc, self.cc_opts, now)
-            if "eqds" in self.cc_opts and self.cc in ("eqds", "nscc+eqds"):
+        if self.cc_name != "none":
+            self.cc = make_sender_cc(self.cc_name, self.cc_opts, now)
+            if "eqds" in self.cc_opts and self.cc_name in ("eqds", "nscc+eqds"):
                 self.credit_limit = unsolicited_packets(self.cc_opts["eqds"], self.lay.mtu)
 
     # -- called by Endpoint.drain under the lock
@@ -778,8 +775,8 @@ class Requester:
                 self.trim_naks += 1
             elif self.track_ent and idx < len(self.psn_ent):
                 self.policy.nak(self.psn_ent[idx], now)
-            if self.scc is not None:
-                self.scc.on_loss(now, "trim" if trim else "nak")
+            if self.cc is not None:
+                self.cc.on_loss(now, "trim" if trim else "nak")
             if self.selective:                       # a hole; says nothing about the PSNs before it
                 if idx >= self.una:
                     self.retxq.append(idx)
@@ -798,14 +795,12 @@ class Requester:
                 self.last_progress = now
                 if self.nxt < self.una:
                     self.nxt = self.una
-        if self.scc is not None:
+        if self.cc is not None:
             acked = (self.una - una0) + (self.nsacked - sacked0)    # newly delivered: cumulative + SACKed
             inflight = (self.hi - self.una - self.nsacked) * self.lay.mtu
-            self.scc.on_ack(now, acked_bytes=acked * self.lay.mtu, rtt_s=rtt, ecn=ce, inflight=inflight, hops=hops)
+            self.cc.on_ack(now, acked_bytes=acked * self.lay.mtu, rtt_s=rtt, ecn=ce, inflight=inflight, hops=hops)
             if self.trace is not None:
-                self.trace.sample(now, self.scc.cwnd, self._cc_rate())
-        elif self.trace is not None and self.rp is not None:
-            self.trace.sample(now, None, self.rp.rate)
+                self.trace.sample(now, self.cc.cwnd, self._cc_rate())
 
     def _advance(self, una: int) -> None:
         """The cumulative ACK moved to ``una``: PSNs SACKed below it leave the SACKed-in-flight count."""
@@ -830,7 +825,7 @@ class Requester:
 
     def _cc_rate(self):
         """The CC's sending rate now (bit/s): its own, else its window over the smoothed RTT."""
-        c = self.scc
+        c = self.cc
         if c.rate is not None:
             return c.rate
         if c.cwnd != float("inf") and self.rtt.srtt:
@@ -838,8 +833,8 @@ class Requester:
         return None
 
     def on_cnp(self, now: float) -> None:
-        if self.rp is not None:
-            self.rp.on_cnp(now)
+        if self.cc is not None:
+            self.cc.on_cnp(now)
 
     # -- the agent's Sender interface
     def abort(self, reason: str) -> None:
@@ -873,7 +868,7 @@ class Requester:
                 self.next_t = now + (self.next_t - now) * self.pace_rate / rate
                 self.pace_rate = rate
             if self.next_t > now:
-                if self.scc is not None or self.rp is not None:
+                if self.cc is not None:
                     return WAIT_TIME, min(self.next_t, now + self.ack_every_s)
                 return WAIT_TIME, self.next_t
             if self.next_t < now - MAX_LAG_S:
@@ -895,8 +890,8 @@ class Requester:
             self.last_progress = now
             if self.track_ent and self.una < len(self.psn_ent):
                 self.policy.lost(self.psn_ent[self.una], now)
-            if self.scc is not None:
-                self.scc.on_loss(now, "timeout")
+            if self.cc is not None:
+                self.cc.on_loss(now, "timeout")
             if self.selective:                       # every PSN not SACKed, up to one SACK window
                 sk = self.sacked
                 top = min(self.hi, self.una + w.SACK_BITS)
@@ -905,12 +900,11 @@ class Requester:
                 self.nxt = self.una
 
     def _rate(self, now: float):
-        """The sending rate now: DCQCN's reaction point, the CC's rate (or window over the RTT), or the flow's
-        static pacing rate (None = line rate)."""
-        if self.rp is not None:
-            self.rp.advance(now)
-            return self.rp.rate
-        if self.scc is not None:
+        """The sending rate now: the CC's rate (or window over the RTT; its timers advanced to ``now``), or the
+        flow's static pacing rate (None = line rate)."""
+        cc = self.cc
+        if cc is not None:
+            cc.advance(now)
             r = self._cc_rate()
             if r is not None:
                 return min(r, self.static_rate) if self.static_rate else r
@@ -920,8 +914,8 @@ class Requester:
         """New PSNs below this may go (None: no limit): the CC's window over the unSACKed PSNs in flight, and the
         EQDS credit limit."""
         limit = None
-        if self.scc is not None and self.scc.cwnd != float("inf"):
-            limit = self.una + self.nsacked + max(1, int(self.scc.cwnd // mtu))
+        if self.cc is not None and self.cc.cwnd != float("inf"):
+            limit = self.una + self.nsacked + max(1, int(self.cc.cwnd // mtu))
         if self.credit_limit is not None:
             limit = self.credit_limit if limit is None else min(limit, self.credit_limit)
         return limit
@@ -930,7 +924,7 @@ class Requester:
         """Up to BURST packets: retransmissions first, then new ones, in GSO runs; returns the pump status."""
         if self.bs is not None:
             return self._burst_batched(now, rate)
-        rp, npk = self.rp, self.npk
+        cc, npk = self.cc, self.npk
         # The hot path (bench/roce_rate.py). Per packet: one struct.pack of BTH[+RETH], two or three crc32 calls
         # continuing from the cached IP/UDP prefix state, ICRC pack. Runs of same-size packets to one socket go
         # out as one UDP GSO sendmsg of up to ``batch`` packets (the kernel segments them; IP ids 0, 1, … —
@@ -993,7 +987,7 @@ class Requester:
             else:
                 k, sport, sock = 0, sport0, socks[0]
             if g_n and (wlen != g_ulen or sock is not g_sock or g_n == batch):
-                st = self._send(g_sock, parts, meta, g_ulen, daddr, rp, rate, now)
+                st = self._send(g_sock, parts, meta, g_ulen, daddr, cc, rate, now)
                 if st is not None:
                     return st
                 parts, meta, g_n = [], [], 0
@@ -1034,7 +1028,7 @@ class Requester:
                     break
         self.ackreq_at = areq_due - ack_every
         if g_n:
-            st = self._send(g_sock, parts, meta, g_ulen, daddr, rp, rate, now)
+            st = self._send(g_sock, parts, meta, g_ulen, daddr, cc, rate, now)
             if st is not None:
                 return st
         if not broke:                                 # a whole burst went out: more may be ready
@@ -1043,7 +1037,7 @@ class Requester:
             return WAIT_TIME, min(self.next_t, now + self.poll_s)
         return WAIT_TIME, now + self.poll_s             # waiting for ACKs (or the RTO)
 
-    def _send(self, sock, parts, meta, ulen, daddr, rp, rate, now):
+    def _send(self, sock, parts, meta, ulen, daddr, cc, rate, now):
         """Send one run of ``len(meta)`` packets of UDP length ``ulen`` (one GSO sendmsg when more than one) and
         commit them (PSN state, counters, pacing); on back-pressure put them back and say what to wait for."""
         k = len(meta)
@@ -1065,10 +1059,10 @@ class Requester:
                 return READY, None
             self.error = f"send: {e.strerror}"
             return self._finish(now)
-        self._commit(meta, rp, rate, now)
+        self._commit(meta, cc, rate, now)
         return None
 
-    def _commit(self, meta, rp, rate, now: float) -> None:
+    def _commit(self, meta, cc, rate, now: float) -> None:
         """Account packets that left, ``(idx, from_q, payload, entropy, wire bytes)`` each: PSN state (nxt, hi,
         retransmissions), each PSN's entropy, bytes, DCQCN's byte counter, the pacing schedule. The RTO starts
         now when nothing was outstanding, not at the last ACK (a paced flow idles between packets)."""
@@ -1097,8 +1091,8 @@ class Requester:
         self.retrans += retrans
         self.bytes += nbytes
         self.sent += len(meta)
-        if rp is not None:
-            rp.on_bytes(nwire, now)                   # = one call per packet (a byte counter)
+        if cc is not None:
+            cc.on_sent(now, nwire)                    # DCQCN's byte counter: = one call per packet
         if rate:
             self.next_t += nwire * 8 / rate
             self.pace_rate = rate
@@ -1108,7 +1102,7 @@ class Requester:
         policy picks, staged in the BatchSender's arena (whole header per packet, the payload by pointer) and sent
         with one sendmmsg (:meth:`_flush`). Same choices as :meth:`_burst` (retransmissions first, SACKed PSNs
         skipped, the CC window / EQDS credit limit, ack requests, pacing)."""
-        rp, npk, bs = self.rp, self.npk, self.bs
+        cc, npk, bs = self.cc, self.npk, self.bs
         lay, tmpl, data, pick, sport0 = self.lay, bs.tmpl, self.data, self.policy.pick, self.sport
         pre, fix, word1, pkey, srcb, dstb = tmpl.pre, tmpl.fix, bs.word1, bs.pkey, bs.src, bs.dst
         mv, hdr_off, tail_off, iovq, daddr, cks = bs.mv, bs.hdr_off, bs.tail_off, bs.iovq, bs.data_addr, bs.cks
@@ -1218,7 +1212,7 @@ class Requester:
         self.ackreq_at = areq_due - ack_every
         if i:
             bs.n = i
-            st = self._flush(meta, rp, rate, now)
+            st = self._flush(meta, cc, rate, now)
             if st is not None:
                 return st
         if not broke:
@@ -1227,7 +1221,7 @@ class Requester:
             return WAIT_TIME, min(self.next_t, now + self.poll_s)
         return WAIT_TIME, now + self.poll_s
 
-    def _flush(self, meta, rp, rate, now):
+    def _flush(self, meta, cc, rate, now):
         """Send the staged burst (one sendmmsg) and commit what went, as :meth:`_send` does; what did not go —
         a partial send, or all on back-pressure — goes back: retransmissions to the queue, new packets by
         ``nxt`` staying at the first unsent one."""
@@ -1237,7 +1231,7 @@ class Requester:
             sent, err = 0, e
         else:
             err = None
-        self._commit(meta[:sent], rp, rate, now)
+        self._commit(meta[:sent], cc, rate, now)
         if sent == len(meta):
             return None
         for idx, from_q, _ln, _k, _w in reversed(meta[sent:]):
@@ -1253,17 +1247,17 @@ class Requester:
         return self._finish(now)
 
     def stats(self) -> dict:
-        rp = self.rp
+        cs = self.cc.stats() if self.cc is not None else {}
         d = dict(packets_sent=self.sent, bytes_sent=self.bytes, send_start=self.send_start,
                  send_end=self.send_end, retrans=self.retrans, timeouts=self.timeouts, naks_received=self.naks,
-                 acks_received=self.acks, cnps_received=rp.cnps if rp else 0,
-                 final_rate_bps=rp.rate if rp else None, alpha=rp.alpha if rp else None, error=self.error,
+                 acks_received=self.acks, cnps_received=cs.get("dcqcn_cnps", 0),
+                 final_rate_bps=cs.get("dcqcn_rate_final"), alpha=cs.get("dcqcn_alpha"), error=self.error,
                  sacks=self.sacks, trim_naks=self.trim_naks, int_echoes=self.int_echoes if self.int_stack else None,
                  **self.policy.stats(), **self.rtt.stats())
         if self.trace is not None:
             d.update(self.trace.stats())
-        if self.scc is not None:
-            d["cc_state"] = self.scc.stats()
+        if self.cc is not None:
+            d["cc_state"] = cs
         return d
 
 

@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..dcqcn import DcqcnParams, NotificationPoint, ReactionPoint, jain
+from .dcqcn import DcqcnParams, NotificationPoint, jain
 from . import CreditPacer, Hop, make_sender_cc, scaled_params
 
 
@@ -41,7 +41,7 @@ class _Flow:
         self.inflight = 0
         self.next_nic = self.next_pace = start
         self.wake: Optional[float] = None
-        self.cc = self.rp = self.np = None
+        self.cc = self.np = None                 # the flow's SenderCC; DCQCN's notification point
         self.acked_window = 0
         self.sent = 0
 
@@ -103,11 +103,8 @@ def run(cc: str, *, n_flows: int = 2, line_rate_bps: float = 100e6, base_rtt_s: 
     def try_send(f, now):
         while True:
             c = f.cc
-            if f.rp is not None:
-                f.rp.advance(now)
-                rate = f.rp.rate
-                cwnd = math.inf
-            elif c is not None:
+            if c is not None:
+                c.advance(now)
                 rate, cwnd = c.rate, c.cwnd
             else:
                 rate, cwnd = None, math.inf
@@ -128,8 +125,8 @@ def run(cc: str, *, n_flows: int = 2, line_rate_bps: float = 100e6, base_rtt_s: 
             f.sent += 1
             f.next_nic = now + ser
             f.next_pace = now + (mss * 8 / rate if rate else 0.0)
-            if f.rp is not None:
-                f.rp.on_bytes(mss, now)
+            if c is not None:
+                c.on_sent(now, mss)
             at(now + ser, "arrive", f, now, solicited)
 
     def start_service(now):
@@ -149,11 +146,9 @@ def run(cc: str, *, n_flows: int = 2, line_rate_bps: float = 100e6, base_rtt_s: 
             next_sample[0] += 1e-4
         if kind == "start":
             f, = data
+            f.cc = make_sender_cc(cc, dparams if cc == "dcqcn" else params, now)
             if cc == "dcqcn":
-                f.rp = ReactionPoint(dparams, now)
                 f.np = NotificationPoint(dparams.cnp_interval_s)
-            else:
-                f.cc = make_sender_cc(cc, params, now)
             if pacer is not None:
                 pacer.register(f.i, None)
                 schedule_pacer(now)
@@ -208,7 +203,7 @@ def run(cc: str, *, n_flows: int = 2, line_rate_bps: float = 100e6, base_rtt_s: 
             try_send(f, now)
         elif kind == "cnp":
             f, = data
-            f.rp.on_cnp(now)
+            f.cc.on_cnp(now)
         elif kind == "loss":
             f, = data
             f.inflight -= mss
