@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
+from ....spec_types import Rate, Size, Time
 from .base import MSS, CCConfig, Hop, ParamsBase, SenderCC, Track, bdp_bytes
 from .dcqcn import DcqcnConfig, DcqcnParams, DcqcnSender, NotificationPoint, ReactionPoint, jain
 from .eqds import CreditPacer, EqdsConfig, EqdsParams, EqdsSender, NsccEqds
@@ -27,7 +28,10 @@ from .registry import get as get_cc, maybe as maybe_cc, names as cc_names
 from .swift import SwiftConfig, SwiftParams, SwiftSender
 from .timely import TimelyConfig, TimelyParams, TimelySender
 
-__all__ = ["Hop", "MSS", "SenderCC", "CCConfig", "CongestionControl", "Track", "bdp_bytes", "GROUP",
+#: the interface a plugin uses (docs/extending.md): SenderCC, CCConfig, CongestionControl, Track, bdp_bytes, MSS,
+#: Hop and the units of a params model (Rate, Size, Time)
+__all__ = ["Hop", "MSS", "SenderCC", "CCConfig", "CongestionControl", "Track", "bdp_bytes", "GROUP", "Rate",
+           "Size", "Time",
            "get_cc", "maybe_cc", "cc_names", "UnknownCC", "BUILTINS",
            "CreditPacer", "EqdsConfig", "EqdsParams", "EqdsSender", "NsccEqds", "HpccConfig", "HpccParams",
            "HpccSender", "NsccConfig", "NsccParams", "NsccSender", "SwiftConfig", "SwiftParams", "SwiftSender",
