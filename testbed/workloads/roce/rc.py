@@ -27,7 +27,8 @@ Reliability (RC):
   Cumulative ACKs every ``ACK_EVERY`` in-order packets and on every ack-request; retransmit timeout ``rto_s``
   (go back to / resend the oldest unacknowledged PSN).
 Congestion control ``cc: dcqcn``: CE-marked arrivals make the responder send a CNP (opcode 0x81) at most once per
-QP per CNP interval; the requester's ReactionPoint sets its pacing rate (see ``dcqcn.py``). ``cc: none``: the
+QP per CNP interval; the requester's CC (DCQCN's reaction point, a ``SenderCC``: ``cc/dcqcn.py``) sets its
+pacing rate from them; the other CCs read ACKs (``cc/``), every one through the requester's one CC slot. ``cc: none``: the
 requester sends as fast as the host link takes it (or at the flow's rate).
 
 Test-only knobs (``traffic.roce``): ``drop_prob`` makes the responder discard that fraction of data packets as if
