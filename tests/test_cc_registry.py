@@ -158,3 +158,16 @@ def test_a_plugin_cc_closes_the_loop_on_the_model_before_it_is_installed():
         assert r.queue_p99 <= 80_000 and r.utilisation >= 0.95
     with pytest.raises(Exception, match="beta"):
         run(aimd_cc.Aimd(), overrides={"beta": 1.5})
+
+
+def test_time_dilation_scales_cc_params_as_it_scales_the_cc_section():
+    """``traffic.cc_params`` has no schema in the scenario model (it depends on ``traffic.cc``): time dilation
+    reads the selected CC's model for it, so its times are × N and its rates ÷ N as in ``traffic.<cc>``."""
+    base = {"duration": "20ms", "time_dilation": 100, "topology": {"host_link": {"rate": "10gbit"}}}
+    by_section = from_dict({**base, "traffic": {"engine": "roce", "cc": "timely",
+                                                "timely": {"t_low": "50us", "delta": "1gbit", "segment": "16KB"}}})
+    by_params = from_dict({**base, "traffic": {"engine": "roce", "cc": "timely",
+                                               "cc_params": {"t_low": "50us", "delta": "1gbit", "segment": "16KB"}}})
+    assert by_params.traffic.cc_config == by_section.traffic.timely
+    assert by_params.traffic.cc_config.t_low == 5 * 10**6 and by_params.traffic.cc_config.delta == 10**7
+    assert {"traffic.cc_params.t_low", "traffic.cc_params.delta"} <= set(by_params.dilated_keys)
