@@ -921,40 +921,29 @@ class Requester:
             limit = self.credit_limit if limit is None else min(limit, self.credit_limit)
         return limit
 
-    def _burst(self, now: float, rate):
-        """Up to BURST packets: retransmissions first, then new ones, in GSO runs; returns the pump status."""
-        if self.bs is not None:
-            return self._burst_batched(now, rate)
-        cc, npk = self.cc, self.npk
-        # The hot path (bench/roce_rate.py). Per packet: one struct.pack of BTH[+RETH], two or three crc32 calls
-        # continuing from the cached IP/UDP prefix state, ICRC pack. Runs of same-size packets to one socket go
-        # out as one UDP GSO sendmsg of up to ``batch`` packets (the kernel segments them; IP ids 0, 1, … —
-        # wire.data_socket); everything else is per flow.
-        lay, tmpl, data, daddr = self.lay, self.tmpl, self.data, self.daddr
-        pre, fix, word1, pkey = tmpl.pre, tmpl.fix, tmpl.word1, tmpl.pkey
-        socks, n_ent, sport0, ppm, mtu, lmsg = self.socks, self.n_ent, self.sport, lay.ppm, lay.mtu, lay.msg
+    def _plan(self, now: float, rate):
+        """The packets of one burst, in sending order, as both senders build them: retransmissions first (PSNs
+        acknowledged or SACKed since they were queued are skipped), then new PSNs below the CC window / EQDS
+        credit limit, up to BURST and, when paced, up to the first one not due yet. Each is (PSN index, from the
+        retransmission queue, message, index in it, message length, region offset, payload, pad, last of its
+        message, BTH PSN word with the ack request, IP bytes). Also returns whether the burst stopped short
+        (nothing more may go now). Ack requests: a message's last packet; with the extended transport also the
+        last packet the window allows (the receiver ACKs every ACK_EVERY packets, more than a small window
+        holds), every 4th, and one per ``ack_every_s`` at least."""
+        npk, lay = self.npk, self.lay
+        ppm, mtu, lmsg = lay.ppm, lay.mtu, lay.msg
         full_msgs = lay.nmsg - 1 if npk is not None else None
-        crc32, pack_bth, pack_bthreth, pack_icrc = fast_crc32, w.BTH.pack, w.BTH_RETH.pack, w.ICRC.pack
-        ce_prob = self.ce_prob
-        batch = self.batch if (n_ent == 1 and not ce_prob) else 1
         retxq, una, hi = self.retxq, self.una, self.hi
         nxt, next_t = self.nxt, self.next_t
-        pick = self.policy.pick if n_ent > 1 else None
         sacked = self.sacked if self.nsacked else None
-        ext = self.ext
-        if ext:
-            ts = int(now * 1e6) & 0xFFFFFFFF
-            pack_bth, pack_bthreth = (lambda *a: w.BTH.pack(*a) + w.XTH.pack(ts, 0),
-                                      lambda *a: w.BTH_RETH.pack(*a) + w.XTH.pack(ts, 0))
         limit = self._new_psn_limit(mtu)
+        ext = self.ext
+        # IP 20 + UDP 8 + BTH 12 + ICRC 4 [+ XTH] [+ an INT stack]; + RETH 16 on a message's first packet
+        fixed = 44 + (w.XTH_LEN if ext else 0) + len(self.int_stack)
         ack_every = self.ack_every_s
         areq_due = self.ackreq_at + ack_every
-        stack = self.int_stack                        # HPCC: an INT stack before the BTH (not in the ICRC)
-        slen = len(stack)
-        parts: list = []
-        meta: list = []
-        g_n, g_ulen, g_sock = 0, 0, None
-        broke = False
+        plan: list = []
+        stopped = False
         for _ in range(BURST):
             if retxq:
                 idx = retxq.popleft()
@@ -965,7 +954,7 @@ class Requester:
                 idx = nxt
                 from_q = False
             else:
-                broke = True
+                stopped = True
                 break
             m, j = divmod(idx, ppm)
             if full_msgs is None:                    # duration flow: the same region, message after message
@@ -979,26 +968,72 @@ class Requester:
             if not last:
                 ln = mtu
             pad = -ln & 3
-            hl = (28 if j == 0 else 12) + (8 if ext else 0)
-            ulen = 12 + hl + ln + pad                 # UDP header + BTH[+RETH][+XTH] + payload + pad + ICRC
-            wlen = ulen + slen                        # … on the wire, with an INT stack
-            if pick is not None:
-                k = pick(now)
-                sport, sock = sport0 + k, socks[k]
-            else:
-                k, sport, sock = 0, sport0, socks[0]
-            if g_n and (wlen != g_ulen or sock is not g_sock or g_n == batch):
-                st = self._send(g_sock, parts, meta, g_ulen, daddr, cc, rate, now)
-                if st is not None:
-                    return st
-                parts, meta, g_n = [], [], 0
-            # ack request: a message's last packet; with a CC window also the last packet the window allows
-            # (the receiver ACKs every ACK_EVERY packets, more than a small window holds) and every 4th
             if last or (ext and (idx & 3 == 3 or (limit is not None and idx + 1 >= limit) or now >= areq_due)):
                 psnw = 0x80000000 | (idx & 0xFFFFFF)
                 areq_due = now + ack_every
             else:
                 psnw = idx & 0xFFFFFF
+            ipb = fixed + ln + pad + (16 if j == 0 else 0)
+            plan.append((idx, from_q, m, j, ml, base + off_in, ln, pad, last, psnw, ipb))
+            if not from_q:
+                nxt = idx + 1
+            if rate:
+                next_t += ipb * 8 / rate
+                if next_t > now:
+                    stopped = True
+                    break
+        self.ackreq_at = areq_due - ack_every
+        return plan, stopped
+
+    def _wait_after(self, now: float, rate, stopped: bool):
+        """The pump status after a burst went out: more at once when it was whole, else the pacing time or a
+        look at the ACKs."""
+        if not stopped:
+            return READY, None
+        if rate and self.next_t > now:
+            return WAIT_TIME, min(self.next_t, now + self.poll_s)
+        return WAIT_TIME, now + self.poll_s             # waiting for ACKs (or the RTO)
+
+    def _requeue(self, plan, after: int) -> None:
+        """Planned retransmissions that did not go: back into the queue, in their order, behind the ``after``
+        ones a failed send put back first (new PSNs need nothing: ``nxt`` moves only for packets that left)."""
+        q = self.retxq
+        for p in reversed(plan):
+            if p[1]:
+                q.insert(after, p[0])
+
+    def _burst(self, now: float, rate):
+        """One burst (:meth:`_plan`) of a flow with one source port, in GSO runs; returns the pump status."""
+        if self.bs is not None:
+            return self._burst_batched(now, rate)
+        # The hot path (bench/roce_rate.py). Per packet: one struct.pack of BTH[+RETH], two or three crc32 calls
+        # continuing from the cached IP/UDP prefix state, ICRC pack. Runs of same-size packets go out as one UDP
+        # GSO sendmsg of up to ``batch`` packets (the kernel segments them; IP ids 0, 1, … — wire.data_socket);
+        # everything else is per flow.
+        plan, stopped = self._plan(now, rate)
+        cc, lay, tmpl, data, daddr = self.cc, self.lay, self.tmpl, self.data, self.daddr
+        pre, fix, word1, pkey, sport, sock = tmpl.pre, tmpl.fix, tmpl.word1, tmpl.pkey, self.sport, self.socks[0]
+        lmsg = lay.msg
+        crc32, pack_bth, pack_bthreth, pack_icrc = fast_crc32, w.BTH.pack, w.BTH_RETH.pack, w.ICRC.pack
+        batch = 1 if self.ce_prob else self.batch
+        if self.ext:
+            ts = int(now * 1e6) & 0xFFFFFFFF
+            pack_bth, pack_bthreth = (lambda *a: w.BTH.pack(*a) + w.XTH.pack(ts, 0),
+                                      lambda *a: w.BTH_RETH.pack(*a) + w.XTH.pack(ts, 0))
+        stack = self.int_stack                        # HPCC: an INT stack before the BTH (not in the ICRC)
+        slen = len(stack)
+        parts: list = []
+        meta: list = []
+        g_n, g_ulen = 0, 0
+        for i, (idx, from_q, m, j, ml, off, ln, pad, last, psnw, ipb) in enumerate(plan):
+            ulen = ipb - 20 - slen                    # UDP header + BTH[+RETH][+XTH] + payload + pad + ICRC
+            wlen = ulen + slen                        # … on the wire, with an INT stack
+            if g_n and (wlen != g_ulen or g_n == batch):
+                st = self._send(sock, parts, meta, g_ulen, daddr, cc, rate, now)
+                if st is not None:
+                    self._requeue(plan[i:], sum(1 for x in meta if x[1]))
+                    return st
+                parts, meta, g_n = [], [], 0
             if j == 0:
                 hdr = pack_bthreth(w.OP_WRITE_ONLY if last else w.OP_WRITE_FIRST, pad << 4, pkey, word1, psnw,
                                    0x10000000 + m * lmsg, 0x1234, ml)
@@ -1008,7 +1043,7 @@ class Requester:
             c = pre.get(key)
             if c is None:
                 c = tmpl.prefix(sport, ulen, g_n)
-            src = data[base + off_in:base + off_in + ln]
+            src = data[off:off + ln]
             c = crc32(src, crc32(hdr, c))
             if slen:
                 parts.append(stack)
@@ -1017,26 +1052,14 @@ class Requester:
                 parts += (hdr, src, pd, pack_icrc(crc32(pd, c) ^ fix[ulen]))
             else:
                 parts += (hdr, src, pack_icrc(c ^ fix[ulen]))
-            meta.append((idx, from_q, ln, k, 20 + wlen))
+            meta.append((idx, from_q, ln, 0, ipb))
             g_n += 1
-            g_ulen, g_sock = wlen, sock
-            if not from_q:
-                nxt = idx + 1
-            if rate:
-                next_t += (20 + wlen) * 8 / rate
-                if next_t > now:
-                    broke = True
-                    break
-        self.ackreq_at = areq_due - ack_every
+            g_ulen = wlen
         if g_n:
-            st = self._send(g_sock, parts, meta, g_ulen, daddr, cc, rate, now)
+            st = self._send(sock, parts, meta, g_ulen, daddr, cc, rate, now)
             if st is not None:
                 return st
-        if not broke:                                 # a whole burst went out: more may be ready
-            return READY, None
-        if rate and self.next_t > now:
-            return WAIT_TIME, min(self.next_t, now + self.poll_s)
-        return WAIT_TIME, now + self.poll_s             # waiting for ACKs (or the RTO)
+        return self._wait_after(now, rate, stopped)
 
     def _send(self, sock, parts, meta, ulen, daddr, cc, rate, now):
         """Send one run of ``len(meta)`` packets of UDP length ``ulen`` (one GSO sendmsg when more than one) and
@@ -1099,17 +1122,15 @@ class Requester:
             self.pace_rate = rate
 
     def _burst_batched(self, now: float, rate):
-        """:meth:`_burst` for a flow with several source ports: up to BURST packets, each with the entropy its
-        policy picks, staged in the BatchSender's arena (whole header per packet, the payload by pointer) and sent
-        with one sendmmsg (:meth:`_flush`). Same choices as :meth:`_burst` (retransmissions first, SACKed PSNs
-        skipped, the CC window / EQDS credit limit, ack requests, pacing)."""
-        cc, npk, bs = self.cc, self.npk, self.bs
-        lay, tmpl, data, pick, sport0 = self.lay, bs.tmpl, self.data, self.policy.pick, self.sport
+        """:meth:`_burst` for a flow with several source ports: the burst of :meth:`_plan`, each packet with the
+        entropy its policy picks, staged in the BatchSender's arena (whole header per packet, the payload by
+        pointer) and sent with one sendmmsg (:meth:`_flush`)."""
+        plan, stopped = self._plan(now, rate)
+        cc, bs = self.cc, self.bs
+        tmpl, pick, sport0, lmsg = bs.tmpl, self.policy.pick, self.sport, self.lay.msg
         pre, fix, word1, pkey, srcb, dstb = tmpl.pre, tmpl.fix, bs.word1, bs.pkey, bs.src, bs.dst
         mv, hdr_off, tail_off, iovq, daddr, cks = bs.mv, bs.hdr_off, bs.tail_off, bs.iovq, bs.data_addr, bs.cks
-        ppm, mtu, lmsg = lay.ppm, lay.mtu, lay.msg
-        full_msgs = lay.nmsg - 1 if npk is not None else None
-        crc32, tails = fast_crc32, BATCH_TAIL
+        crc32, tails, data = fast_crc32, BATCH_TAIL, self.data
         ext = self.ext
         if ext:
             ts = int(now * 1e6) & 0xFFFFFFFF
@@ -1121,69 +1142,32 @@ class Requester:
         hl_reth, hl_bth = bs.hl_reth + xl, bs.hl_bth + xl
         tos0, ce_prob, rng = self.tos, self.ce_prob, self.rng
         tos_ce = (tos0 & ~w.ECN_MASK) | w.CE
-        retxq, una, hi = self.retxq, self.una, self.hi
-        nxt, next_t = self.nxt, self.next_t
-        sacked = self.sacked if self.nsacked else None
-        limit = self._new_psn_limit(mtu)
-        ack_every = self.ack_every_s
-        areq_due = self.ackreq_at + ack_every
         meta: list = []
-        i = 0
-        broke = False
-        for _ in range(BURST):
-            if retxq:
-                idx = retxq.popleft()
-                if idx < una or idx >= hi or (sacked is not None and idx < len(sacked) and sacked[idx]):
-                    continue
-                from_q = True
-            elif (npk is None or nxt < npk) and (limit is None or nxt < limit):
-                idx = nxt
-                from_q = False
-            else:
-                broke = True
-                break
-            m, j = divmod(idx, ppm)
-            if full_msgs is None:
-                ml, base = lmsg, 0
-            else:
-                ml = lmsg if m < full_msgs else lay.size - full_msgs * lmsg
-                base = m * lmsg
-            off_in = j * mtu
-            ln = ml - off_in
-            last = ln <= mtu
-            if not last:
-                ln = mtu
-            pad = -ln & 3
+        for i, (idx, from_q, m, j, ml, o, ln, pad, last, psnw, ipb) in enumerate(plan):
             k = pick(now)
             sport = sport0 + k
             tos = tos_ce if ce_prob and rng.random() < ce_prob else tos0
-            if last or (ext and (idx & 3 == 3 or (limit is not None and idx + 1 >= limit) or now >= areq_due)):
-                psnw = 0x80000000 | (idx & 0xFFFFFF)
-                areq_due = now + ack_every
-            else:
-                psnw = idx & 0xFFFFFF
+            ulen = ipb - 20                           # UDP 8 + BTH 12 [+ RETH 16] [+ XTH 8] + payload + pad + ICRC 4
             h = hdr_off[i]
             if j == 0:
-                ulen = 40 + xl + ln + pad             # UDP 8 + BTH 12 + RETH 16 [+ XTH 8] + payload + pad + ICRC 4
                 op = w.OP_WRITE_ONLY if last else w.OP_WRITE_FIRST
                 if ext:
-                    pack_hr(mv, h, 0x45, tos, 20 + ulen, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | 20 + ulen],
+                    pack_hr(mv, h, 0x45, tos, ipb, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | ipb],
                             srcb, dstb, sport, 4791, ulen, 0, op, pad << 4, pkey, word1, psnw,
                             0x10000000 + m * lmsg, 0x1234, ml, ts, 0)
                 else:
-                    pack_hr(mv, h, 0x45, tos, 20 + ulen, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | 20 + ulen],
+                    pack_hr(mv, h, 0x45, tos, ipb, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | ipb],
                             srcb, dstb, sport, 4791, ulen, 0, op, pad << 4, pkey, word1, psnw,
                             0x10000000 + m * lmsg, 0x1234, ml)
                 b = bthreth[i]
                 hlen = hl_reth
             else:
-                ulen = 24 + xl + ln + pad
                 op = w.OP_WRITE_LAST if last else w.OP_WRITE_MIDDLE
                 if ext:
-                    pack_h(mv, h, 0x45, tos, 20 + ulen, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | 20 + ulen],
+                    pack_h(mv, h, 0x45, tos, ipb, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | ipb],
                            srcb, dstb, sport, 4791, ulen, 0, op, pad << 4, pkey, word1, psnw, ts, 0)
                 else:
-                    pack_h(mv, h, 0x45, tos, 20 + ulen, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | 20 + ulen],
+                    pack_h(mv, h, 0x45, tos, ipb, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | ipb],
                            srcb, dstb, sport, 4791, ulen, 0, op, pad << 4, pkey, word1, psnw)
                 b = bth[i]
                 hlen = hl_bth
@@ -1191,7 +1175,6 @@ class Requester:
             c = pre.get(key)
             if c is None:
                 c = tmpl.prefix(sport, ulen, BATCH_IP_ID)
-            o = base + off_in
             c = crc32(data[o:o + ln], crc32(b, c))
             if pad:
                 c = crc32(PADS[pad], c)
@@ -1201,26 +1184,13 @@ class Requester:
             iovq[q + 2] = daddr + o
             iovq[q + 3] = ln
             iovq[q + 5] = pad + 4
-            meta.append((idx, from_q, ln, k, 20 + ulen))
-            i += 1
-            if not from_q:
-                nxt = idx + 1
-            if rate:
-                next_t += (20 + ulen) * 8 / rate
-                if next_t > now:
-                    broke = True
-                    break
-        self.ackreq_at = areq_due - ack_every
-        if i:
-            bs.n = i
+            meta.append((idx, from_q, ln, k, ipb))
+        if meta:
+            bs.n = len(meta)
             st = self._flush(meta, cc, rate, now)
             if st is not None:
                 return st
-        if not broke:
-            return READY, None
-        if rate and self.next_t > now:
-            return WAIT_TIME, min(self.next_t, now + self.poll_s)
-        return WAIT_TIME, now + self.poll_s
+        return self._wait_after(now, rate, stopped)
 
     def _flush(self, meta, cc, rate, now):
         """Send the staged burst (one sendmmsg) and commit what went, as :meth:`_send` does; what did not go —
