@@ -587,7 +587,7 @@ class TrafficSpec(Strict):
         """``cc`` names a registered CC; ``cc_params`` is validated by that CC's own model (one line naming
         ``traffic.cc_params.<key>``) and, for a built-in, is not given beside its ``traffic.<cc>`` section."""
         if self.cc == "none":
-            if self.cc_params is not None:
+            if self.cc_params:
                 raise ValueError("cc_params: parameters given but traffic.cc is 'none'")
             return self
         try:

@@ -927,7 +927,9 @@ class Requester:
         credit limit, up to BURST and, when paced, up to the first one not due yet. Each is (PSN index, from the
         retransmission queue, message, index in it, message length, region offset, payload, pad, last of its
         message, BTH PSN word with the ack request, IP bytes). Also returns whether the burst stopped short
-        (nothing more may go now). Ack requests: a message's last packet; with the extended transport also the
+        (nothing more may go now) and the ``ackreq_at`` the burst leaves — the caller keeps it only when its
+        packets went (a GSO run refused mid-burst keeps the old one, so the retried packets ask again). Ack
+        requests: a message's last packet; with the extended transport also the
         last packet the window allows (the receiver ACKs every ACK_EVERY packets, more than a small window
         holds), every 4th, and one per ``ack_every_s`` at least."""
         npk, lay = self.npk, self.lay
@@ -982,8 +984,7 @@ class Requester:
                 if next_t > now:
                     stopped = True
                     break
-        self.ackreq_at = areq_due - ack_every
-        return plan, stopped
+        return plan, stopped, areq_due - ack_every
 
     def _wait_after(self, now: float, rate, stopped: bool):
         """The pump status after a burst went out: more at once when it was whole, else the pacing time or a
@@ -1010,7 +1011,7 @@ class Requester:
         # continuing from the cached IP/UDP prefix state, ICRC pack. Runs of same-size packets go out as one UDP
         # GSO sendmsg of up to ``batch`` packets (the kernel segments them; IP ids 0, 1, … — wire.data_socket);
         # everything else is per flow.
-        plan, stopped = self._plan(now, rate)
+        plan, stopped, ackreq_at = self._plan(now, rate)
         cc, lay, tmpl, data, daddr = self.cc, self.lay, self.tmpl, self.data, self.daddr
         pre, fix, word1, pkey, sport, sock = tmpl.pre, tmpl.fix, tmpl.word1, tmpl.pkey, self.sport, self.socks[0]
         lmsg = lay.msg
@@ -1055,6 +1056,7 @@ class Requester:
             meta.append((idx, from_q, ln, 0, ipb))
             g_n += 1
             g_ulen = wlen
+        self.ackreq_at = ackreq_at
         if g_n:
             st = self._send(sock, parts, meta, g_ulen, daddr, cc, rate, now)
             if st is not None:
@@ -1125,7 +1127,7 @@ class Requester:
         """:meth:`_burst` for a flow with several source ports: the burst of :meth:`_plan`, each packet with the
         entropy its policy picks, staged in the BatchSender's arena (whole header per packet, the payload by
         pointer) and sent with one sendmmsg (:meth:`_flush`)."""
-        plan, stopped = self._plan(now, rate)
+        plan, stopped, self.ackreq_at = self._plan(now, rate)
         cc, bs = self.cc, self.bs
         tmpl, pick, sport0, lmsg = bs.tmpl, self.policy.pick, self.sport, self.lay.msg
         pre, fix, word1, pkey, srcb, dstb = tmpl.pre, tmpl.fix, bs.word1, bs.pkey, bs.src, bs.dst
