@@ -128,6 +128,15 @@ def dilate(doc: dict, model, n: int, skip: frozenset = frozenset()) -> tuple[dic
                         if k in fields else v) for k, v in value.items()}
         return value
 
+    tr = out.get("traffic")
+    if isinstance(tr, dict) and isinstance(tr.get("cc_params"), dict):   # schema-less in the model: the CC's own
+        from .workloads.roce.cc import UnknownCC, get_cc
+        try:
+            own = get_cc(str(tr.get("cc", "none"))).params_model
+        except UnknownCC:
+            own = None                                # the scenario's validation says so, in one line
+        if own is not None:
+            tr["cc_params"] = walk(own, [], tr["cc_params"], "traffic.cc_params")
     out = walk(model, [], out, "")
     return out, scaled
 

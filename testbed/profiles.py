@@ -29,7 +29,7 @@ scenario, so a profile cannot produce a configuration the validators would refus
   ``hosts.pfc: true`` (the NICs obey pause frames, so PFC is lossless up to the sender).
 - ``switch.ecn: {kmin: 20KB, kmax: 80KB, pmax: 0.2}`` (scenarios/incast-pfc.yaml's curve): marking starts below
   one ingress's Xoff, so DCQCN can slow senders before PFC has to pause them.
-- ``traffic.cc: dcqcn`` (its timers scaled to the host link rate, testbed/workloads/roce/dcqcn.py) and
+- ``traffic.cc: dcqcn`` (its timers scaled to the host link rate, testbed/workloads/roce/cc/dcqcn.py) and
   ``traffic.receiver: gbn`` (go-back-N, as RoCE NICs do) with ``traffic.roce.rto: auto`` (above the longest
   queueing on the path, as a NIC's RTO is: emulated queues drain 1000× slower than hardware's, and a 10 ms RTO
   made go-back-N resend thousands of packets that were only late — 0 drops, 6,144 retransmits on

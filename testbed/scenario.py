@@ -31,6 +31,8 @@ from .inband import checks as inband_checks
 from .lb import checks as lb_checks
 from .qos import checks as qos_checks
 from .routing import checks as routing_checks
+from .workloads.roce import cc as roce_cc
+from .workloads.roce.cc import DcqcnConfig, EqdsConfig, HpccConfig, NsccConfig, SwiftConfig, TimelyConfig
 
 #: every mechanism family's cross-field checks, run on the whole scenario once its sections are valid
 MECHANISM_CHECKS = (qos_checks.pfc_does_something, qos_checks.shared_buffer_fits, inband_checks.int_fits,
@@ -193,93 +195,6 @@ class RxeSpec(Strict):
     msg_bytes: Size = 65536
 
 
-class DcqcnSpec(Strict):
-    """DCQCN parameters; None = the paper's value scaled to the host link rate (testbed/workloads/roce/dcqcn.py)."""
-    g: Optional[float] = Field(None, gt=0, le=1)
-    cnp_interval: Optional[Time] = None
-    rate_timer: Optional[Time] = None
-    alpha_timer: Optional[Time] = None
-    byte_counter: Optional[Size] = None
-    fast_recovery: Optional[int] = Field(None, ge=0, le=100)
-    rate_ai: Optional[Rate] = None
-    rate_hai: Optional[Rate] = None
-    min_rate: Optional[Rate] = None
-
-
-class NsccSpec(Strict):
-    """NSCC parameters (testbed/workloads/roce/cc/nscc.py); None = the scaled default (docs/transport.md)."""
-    base_rtt: Optional[Time] = None           # None = estimated from the topology
-    target_qdelay: Optional[Time] = None
-    init_cwnd: Optional[Size] = None
-    min_cwnd: Optional[Size] = None
-    max_cwnd: Optional[Size] = None
-    alpha: Optional[float] = Field(None, gt=0)
-    fi: Optional[Size] = None                 # fair increase, bytes per RTT
-    gamma: Optional[float] = Field(None, gt=0, le=1)
-    max_md: Optional[float] = Field(None, gt=0, lt=1)
-
-
-class SwiftSpec(Strict):
-    """Swift parameters (cc/swift.py); windows in bytes, fs_min/max_cwnd in packets."""
-    base_rtt: Optional[Time] = None
-    ai: Optional[float] = Field(None, gt=0)
-    beta: Optional[float] = Field(None, gt=0, le=1)
-    max_mdf: Optional[float] = Field(None, gt=0, lt=1)
-    base_target: Optional[Time] = None
-    hop_scale: Optional[Time] = None
-    fs_range: Optional[Time] = None
-    fs_min_cwnd: Optional[float] = Field(None, gt=0)
-    fs_max_cwnd: Optional[float] = Field(None, gt=0)
-    min_cwnd: Optional[Size] = None
-    max_cwnd: Optional[Size] = None
-    init_cwnd: Optional[Size] = None
-    hops: Optional[int] = Field(None, ge=0, le=16)
-    retx_reset: Optional[int] = Field(None, ge=1, le=100)
-
-    @model_validator(mode="after")
-    def _fs_order(self):
-        if self.fs_min_cwnd is not None and self.fs_max_cwnd is not None and self.fs_min_cwnd >= self.fs_max_cwnd:
-            raise ValueError(f"fs_max_cwnd: must be > fs_min_cwnd ({self.fs_min_cwnd}), got {self.fs_max_cwnd}")
-        return self
-
-
-class TimelySpec(Strict):
-    """TIMELY parameters (cc/timely.py)."""
-    base_rtt: Optional[Time] = None
-    alpha: Optional[float] = Field(None, gt=0, le=1)
-    beta: Optional[float] = Field(None, gt=0, le=1)
-    t_low: Optional[Time] = None
-    t_high: Optional[Time] = None
-    delta: Optional[Rate] = None
-    segment: Optional[Size] = None
-    hai_after: Optional[int] = Field(None, ge=1, le=1000)
-    hai_n: Optional[int] = Field(None, ge=1, le=1000)
-    min_rate: Optional[Rate] = None
-    loss_factor: Optional[float] = Field(None, gt=0, le=1)
-
-
-class HpccSpec(Strict):
-    """HPCC parameters (cc/hpcc.py)."""
-    base_rtt: Optional[Time] = None
-    eta: Optional[float] = Field(None, gt=0, le=1)
-    max_stage: Optional[int] = Field(None, ge=0, le=100)
-    w_init: Optional[Size] = None
-    w_ai: Optional[float] = Field(None, gt=0)        # bytes per RTT
-    expected_flows: Optional[int] = Field(None, ge=1, le=100000)
-    qlen_allowance: Optional[Annotated[int, *_unit(units.size_bytes), Field(ge=0)]] = None   # bytes of each INT
-                                              # queue reading not counted (None = one packet; 0 = the paper's rule)
-
-
-class EqdsSpec(Strict):
-    """EQDS receiver-credit parameters (cc/eqds.py)."""
-    base_rtt: Optional[Time] = None
-    credit: Optional[Size] = None             # bytes per grant
-    unsolicited: Optional[Size] = None        # the first window a sender may send without credit
-    overcommit: Optional[float] = Field(None, ge=1, le=2)
-    credit_ttl: Optional[Time] = None
-    max_outstanding: Optional[Size] = None
-
-
 class JobSpec(Strict):
     """One collective job: ``iterations`` × (the collective, then ``gap`` of compute)."""
     name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,40}$")
@@ -305,14 +220,16 @@ class TrafficSpec(Strict):
     engine: Literal["udp", "tcp", "roce", "rxe"] = "udp"
     pattern: Literal["pairs", "permutation", "all-to-all", "incast", "allreduce", "poisson"] = "permutation"
     receiver: Literal["gbn", "ooo"] = "gbn"      # RoCE: go-back-N (as NICs do) or reordering-tolerant
-    cc: Literal["none", "dcqcn", "nscc", "swift", "timely", "hpcc", "eqds", "nscc+eqds"] = "none"   # RoCE CC
+    cc: str = "none"        # RoCE CC: none | a registered name (built-ins and plugins: workloads/roce/cc/registry.py)
+    cc_params: Optional[dict[str, Any]] = None   # the selected CC's parameters, checked by its own model
     roce: RoceSpec = RoceSpec()
-    dcqcn: DcqcnSpec = DcqcnSpec()
-    nscc: NsccSpec = NsccSpec()
-    swift: SwiftSpec = SwiftSpec()
-    timely: TimelySpec = TimelySpec()
-    hpcc: HpccSpec = HpccSpec()
-    eqds: EqdsSpec = EqdsSpec()
+    # each built-in CC's parameters (its module's model); cc_params is the alternative spelling for the selected one
+    dcqcn: DcqcnConfig = DcqcnConfig()
+    nscc: NsccConfig = NsccConfig()
+    swift: SwiftConfig = SwiftConfig()
+    timely: TimelyConfig = TimelyConfig()
+    hpcc: HpccConfig = HpccConfig()
+    eqds: EqdsConfig = EqdsConfig()
     rxe: RxeSpec = RxeSpec()
     jobs: list[JobSpec] = []                     # collectives; when given, `pattern` and `pairs` are not used
     pairs: list[tuple[NodeName, NodeName]] = []
@@ -333,6 +250,41 @@ class TrafficSpec(Strict):
     size_dist: Optional[str] = None           # poisson: websearch | hadoop | alistorage | a CDF file (sizes.py)
     arrival_window: Optional[Time] = None     # poisson: flows arrive this long after `start`; None = half the rest
     replay: Optional[str] = None              # a schedule file (workloads/replay.py); then pattern/jobs unused
+    _cc_config: Any = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _cc(self):
+        """``cc`` names a registered CC; ``cc_params`` is validated by that CC's own model (one line naming
+        ``traffic.cc_params.<key>``) and, for a built-in, is not given beside its ``traffic.<cc>`` section."""
+        if self.cc == "none":
+            if self.cc_params:
+                raise ValueError("cc_params: parameters given but traffic.cc is 'none'")
+            return self
+        try:
+            cc = roce_cc.get_cc(self.cc)
+        except roce_cc.UnknownCC as e:
+            raise ValueError(f"@traffic.cc: {e}") from None
+        if self.cc_params is None:
+            if len(cc.sections) == 1:
+                self._cc_config = getattr(self, cc.sections[0])
+            elif cc.sections:
+                self._cc_config = cc.params_model(**{s: getattr(self, s) for s in cc.sections})
+            else:
+                self._cc_config = cc.params_model()
+            return self
+        for sec in cc.sections:
+            if getattr(self, sec).model_fields_set:
+                raise ValueError(f"cc_params: traffic.{sec} is given too: give {self.cc}'s parameters once")
+        try:
+            self._cc_config = cc.params_model.model_validate(self.cc_params)
+        except ValidationError as e:
+            raise ValueError(f"@traffic.cc_params.{_first_error(e)}") from None
+        return self
+
+    @property
+    def cc_config(self):
+        """The selected CC's parameters (its own model): ``cc_params``, or its ``traffic.<cc>`` section."""
+        return self._cc_config
 
     @model_validator(mode="after")
     def _qps(self):

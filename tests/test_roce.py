@@ -15,7 +15,7 @@ from scapy.layers.inet import IP, UDP
 from testbed import workloads
 from testbed.fabric import netns
 from testbed.workloads.roce import wire as w
-from testbed.workloads.roce.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint, jain
+from testbed.workloads.roce.cc.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint, jain
 from testbed.workloads.roce.link import resolve
 from testbed.workloads.roce.rc import Layout, Responder
 
@@ -416,7 +416,7 @@ def test_dcqcn_two_flows_fair_share_queue_near_kmin_kmax(lab):
         res[cc] = workloads.run(flows, lambda h: lb.fabric.ns[h], 6.0, 1500)
         queue[cc] = _queue_stats(lb, lb.topo.port_named("leaf0", "spine0"))[0]
         lb.close(force=True)
-    from testbed.workloads.roce.dcqcn import jain as j
+    from testbed.workloads.roce.cc.dcqcn import jain as j
     print(f"\n[dcqcn fair share] jain {j([r.goodput_mbps for r in res['dcqcn']]):.4f}, queue mean dcqcn "
           f"{queue['dcqcn'] / 1024:.0f} KB, none {queue['none'] / 1024:.0f} KB")
     assert j([r.goodput_mbps for r in res["dcqcn"]]) >= 0.95

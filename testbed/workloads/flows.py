@@ -190,10 +190,6 @@ def _engine(traffic):
     return name, ENGINES[name]
 
 
-#: RoCE CCs that need the extended transport (XTH transmit times in data packets, XACK echoes in ACKs)
-EXT_CCS = ("nscc", "swift", "timely", "hpcc", "eqds", "nscc+eqds")
-
-
 #: the least ``rto: auto`` gives (the engine's fixed default)
 RTO_FLOOR_S = 0.010
 
@@ -235,23 +231,22 @@ def roce_ext(traffic) -> bool:
     """Whether the flows use the extended transport (transmit times in data packets, SACK echoes in ACKs): an
     adaptive RTO from the measured RTT, the fixed one only its floor."""
     r = traffic.roce
-    return traffic.cc in EXT_CCS or r.entropy in ("reps", "bitmap") or traffic.receiver == "ooo"
+    from .roce import cc as roce_cc
+    cc = roce_cc.maybe_cc(traffic.cc)
+    return (cc is not None and cc.extended) or r.entropy in ("reps", "bitmap") or traffic.receiver == "ooo"
 
 
 def roce_opts(traffic, topo) -> dict:
     """Engine options every RoCE flow of ``traffic`` carries to both agents (see roce.py)."""
     from .roce import wire as rocewire
-    from .roce.dcqcn import DcqcnParams
+    from .roce import cc as roce_cc
     spec = topo.spec
     packet_size = traffic.packet_size or spec.mtu
     r = traffic.roce
     line = spec.host_link.rate
-    d = traffic.dcqcn
-    ns = (lambda v: None if v is None else v / 1e9)
-    params = DcqcnParams.scaled(line, g=d.g, cnp_interval_s=ns(d.cnp_interval), rate_timer_s=ns(d.rate_timer),
-                                alpha_timer_s=ns(d.alpha_timer), byte_counter=d.byte_counter,
-                                fast_recovery=d.fast_recovery, rate_ai_bps=d.rate_ai, rate_hai_bps=d.rate_hai,
-                                min_rate_bps=d.min_rate)
+    d = traffic.cc_config if traffic.cc == "dcqcn" else traffic.dcqcn
+    params = roce_cc.DcqcnParams.scaled(line, **d.overrides())
+    cc = roce_cc.maybe_cc(traffic.cc)
     rto = rto_s(r, topo)
     mtu = r.mtu or rocewire.ib_mtu(packet_size)
     if mtu + rocewire.HDR_MAX + rocewire.ICRC_LEN > packet_size:
@@ -264,45 +259,28 @@ def roce_opts(traffic, topo) -> dict:
             "reorder_time_s": r.reorder_time / 1e9 if r.reorder_time is not None else rto / 4,
             "drop_prob": r.drop_prob, "ce_prob": r.ce_prob, "batch": r.batch, "line_bps": line,
             "cnp_interval_s": params.cnp_interval_s, "dcqcn": params.to_dict(),
+            "cnp": cc is not None and cc.cnp,        # receivers send CNPs for CE-marked packets
             # hpcc: the hop records an INT stack has room for (Scenario.host_int_hops; the host links carry them)
             "int_hops": spec.path_switches if traffic.cc == "hpcc" else 0,
             **_cc_params(traffic, topo, packet_size, mtu)}
-
-
-#: scenario key → params field of each CC family (times in ns → s); the rest keep their names
-_CC_KEYS = {"nscc": {"target_qdelay": "target_qdelay_s", "fi": "fi_bytes"},
-            "swift": {"base_target": "base_target_s", "hop_scale": "hop_scale_s", "fs_range": "fs_range_s"},
-            "timely": {"t_low": "t_low_s", "t_high": "t_high_s", "delta": "delta_bps", "segment": "segment_bytes",
-                       "min_rate": "min_rate_bps"},
-            "hpcc": {}, "eqds": {"credit": "credit_bytes", "unsolicited": "unsolicited_bytes",
-                                 "credit_ttl": "credit_ttl_s"}}
-_NS = {"target_qdelay", "base_target", "hop_scale", "fs_range", "t_low", "t_high", "credit_ttl"}
 
 
 def _cc_params(traffic, topo, packet_size: int, mtu: int) -> dict:
     """``cc_params``: {family: scaled params dict} of the CC families ``traffic.cc`` uses (roce/cc/), each with
     the base RTT of ``traffic.<cc>.base_rtt`` or estimated from the longest host-to-host path."""
     from .roce import cc as roce_cc
-    fams = roce_cc.families(traffic.cc)
-    if not fams:
+    cc = roce_cc.maybe_cc(traffic.cc)
+    if cc is None or traffic.cc == "dcqcn":          # DCQCN's parameters travel as ``dcqcn`` (above)
         return {}
     spec = topo.spec
     fabric = 2 * max(0, len(topo.tiers) - 1)
     rates = [spec.host_link.rate] * 2 + [spec.fabric_link.rate] * fabric
     delay = (2 * spec.host_link.delay + fabric * spec.fabric_link.delay) / 1e9
-    line = spec.host_link.rate
-    out = {}
-    for fam in fams:
-        sp = getattr(traffic, fam)
-        over = {}
-        for k, v in sp.model_dump().items():
-            if k == "base_rtt" or v is None:
-                continue
-            over[_CC_KEYS[fam].get(k, k)] = v / 1e9 if k in _NS else v
-        over.setdefault("mss", mtu)
-        rtt = sp.base_rtt / 1e9 if sp.base_rtt else roce_cc.estimate_base_rtt(rates, packet_size, delay)
-        out.update(roce_cc.scaled_params(fam, line, rtt, {fam: over}))
-    return {"cc_params": out}
+    cfg = traffic.cc_config
+    given = getattr(cfg, "base_rtt", None)
+    rtt = given / 1e9 if given else roce_cc.estimate_base_rtt(rates, packet_size, delay)
+    scaled = cc.scale(spec.host_link.rate, rtt, cfg, mtu)
+    return {"cc_params": scaled if len(cc.sections) > 1 else {traffic.cc: scaled}}
 
 
 def poisson_arrivals(traffic, topo, rng: random.Random, duration_s: float) -> list[tuple[float, str, str, int]]:

@@ -27,7 +27,8 @@ Reliability (RC):
   Cumulative ACKs every ``ACK_EVERY`` in-order packets and on every ack-request; retransmit timeout ``rto_s``
   (go back to / resend the oldest unacknowledged PSN).
 Congestion control ``cc: dcqcn``: CE-marked arrivals make the responder send a CNP (opcode 0x81) at most once per
-QP per CNP interval; the requester's ReactionPoint sets its pacing rate (see ``dcqcn.py``). ``cc: none``: the
+QP per CNP interval; the requester's CC (DCQCN's reaction point, a ``SenderCC``: ``cc/dcqcn.py``) sets its
+pacing rate from them; the other CCs read ACKs (``cc/``), every one through the requester's one CC slot. ``cc: none``: the
 requester sends as fast as the host link takes it (or at the flow's rate).
 
 Test-only knobs (``traffic.roce``): ``drop_prob`` makes the responder discard that fraction of data packets as if
@@ -52,7 +53,7 @@ from .batch import HDR as BATCH_HDR, HDR_RETH as BATCH_HDR_RETH, IP_ID as BATCH_
 from .batch import HDR_RETH_X as BATCH_HDR_RETH_X, HDR_X as BATCH_HDR_X
 from .batch import BatchSender
 from .link import resolve
-from .dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
+from .cc import NotificationPoint, make_sender_cc
 from ..engine_api import DONE, READY, WAIT_TIME, WAIT_WRITE
 
 ACK_EVERY = 8
@@ -345,7 +346,7 @@ class Responder:
         self.drop_prob = float(o.get("drop_prob") or 0.0)
         self.rng = random.Random(0xD20 + self.flow_id)
         cc = o.get("cc", "none")
-        self.np = NotificationPoint(float(o["cnp_interval_s"])) if cc == "dcqcn" else None
+        self.np = NotificationPoint(float(o["cnp_interval_s"])) if o.get("cnp", cc == "dcqcn") else None
         self.ce = 0
         self.ctl = w.Template(flow["dst_addr"], flow["src_addr"], req_qpn(self.flow_id),
                               tos=flow.get("dscp", w.DSCP_ROCE) << 2)
@@ -698,12 +699,12 @@ class Requester:
         self.rng = random.Random(0xCE + self.fid)
         self.deadline = job["t0"] + job["duration_s"]
         self.static_rate = flow.get("rate_bps")
-        self.cc = o.get("cc", "none")
-        self.params = DcqcnParams(**o["dcqcn"]) if self.cc == "dcqcn" else None
-        self.rp = None
-        self.scc = None                                 # a window/rate CC of roce/cc (not DCQCN)
+        self.cc_name = o.get("cc", "none")
+        self.cc = None                                  # the flow's SenderCC (roce/cc/; None: cc none)
         self.cc_opts = o.get("cc_params") or {}
-        self.trace = CcTrace(float(o.get("cc_trace_s") or 0.001)) if self.cc not in ("none",) else None
+        if self.cc_name == "dcqcn" and "dcqcn" not in self.cc_opts:
+            self.cc_opts = {"dcqcn": o["dcqcn"]}
+        self.trace = CcTrace(float(o.get("cc_trace_s") or 0.001)) if self.cc_name != "none" else None
         self.una = self.nxt = self.hi = 0
         self.retxq: collections.deque = collections.deque()
         self.sent = self.retrans = self.timeouts = self.naks = self.acks = 0
@@ -730,12 +731,9 @@ class Requester:
         self.send_start = now
         self.last_progress = now
         self.next_t = now
-        if self.params is not None:
-            self.rp = ReactionPoint(self.params, now)
-        elif self.cc != "none":
-            from .cc import make_sender_cc
-            self.scc = make_sender_cc(self.cc, self.cc_opts, now)
-            if "eqds" in self.cc_opts and self.cc in ("eqds", "nscc+eqds"):
+        if self.cc_name != "none":
+            self.cc = make_sender_cc(self.cc_name, self.cc_opts, now)
+            if "eqds" in self.cc_opts and self.cc_name in ("eqds", "nscc+eqds"):
                 self.credit_limit = unsolicited_packets(self.cc_opts["eqds"], self.lay.mtu)
 
     # -- called by Endpoint.drain under the lock
@@ -778,8 +776,8 @@ class Requester:
                 self.trim_naks += 1
             elif self.track_ent and idx < len(self.psn_ent):
                 self.policy.nak(self.psn_ent[idx], now)
-            if self.scc is not None:
-                self.scc.on_loss(now, "trim" if trim else "nak")
+            if self.cc is not None:
+                self.cc.on_loss(now, "trim" if trim else "nak")
             if self.selective:                       # a hole; says nothing about the PSNs before it
                 if idx >= self.una:
                     self.retxq.append(idx)
@@ -798,14 +796,12 @@ class Requester:
                 self.last_progress = now
                 if self.nxt < self.una:
                     self.nxt = self.una
-        if self.scc is not None:
+        if self.cc is not None:
             acked = (self.una - una0) + (self.nsacked - sacked0)    # newly delivered: cumulative + SACKed
             inflight = (self.hi - self.una - self.nsacked) * self.lay.mtu
-            self.scc.on_ack(now, acked_bytes=acked * self.lay.mtu, rtt_s=rtt, ecn=ce, inflight=inflight, hops=hops)
+            self.cc.on_ack(now, acked_bytes=acked * self.lay.mtu, rtt_s=rtt, ecn=ce, inflight=inflight, hops=hops)
             if self.trace is not None:
-                self.trace.sample(now, self.scc.cwnd, self._cc_rate())
-        elif self.trace is not None and self.rp is not None:
-            self.trace.sample(now, None, self.rp.rate)
+                self.trace.sample(now, self.cc.cwnd, self._cc_rate())
 
     def _advance(self, una: int) -> None:
         """The cumulative ACK moved to ``una``: PSNs SACKed below it leave the SACKed-in-flight count."""
@@ -830,7 +826,7 @@ class Requester:
 
     def _cc_rate(self):
         """The CC's sending rate now (bit/s): its own, else its window over the smoothed RTT."""
-        c = self.scc
+        c = self.cc
         if c.rate is not None:
             return c.rate
         if c.cwnd != float("inf") and self.rtt.srtt:
@@ -838,8 +834,8 @@ class Requester:
         return None
 
     def on_cnp(self, now: float) -> None:
-        if self.rp is not None:
-            self.rp.on_cnp(now)
+        if self.cc is not None:
+            self.cc.on_cnp(now)
 
     # -- the agent's Sender interface
     def abort(self, reason: str) -> None:
@@ -873,7 +869,7 @@ class Requester:
                 self.next_t = now + (self.next_t - now) * self.pace_rate / rate
                 self.pace_rate = rate
             if self.next_t > now:
-                if self.scc is not None or self.rp is not None:
+                if self.cc is not None:
                     return WAIT_TIME, min(self.next_t, now + self.ack_every_s)
                 return WAIT_TIME, self.next_t
             if self.next_t < now - MAX_LAG_S:
@@ -895,8 +891,8 @@ class Requester:
             self.last_progress = now
             if self.track_ent and self.una < len(self.psn_ent):
                 self.policy.lost(self.psn_ent[self.una], now)
-            if self.scc is not None:
-                self.scc.on_loss(now, "timeout")
+            if self.cc is not None:
+                self.cc.on_loss(now, "timeout")
             if self.selective:                       # every PSN not SACKed, up to one SACK window
                 sk = self.sacked
                 top = min(self.hi, self.una + w.SACK_BITS)
@@ -905,12 +901,11 @@ class Requester:
                 self.nxt = self.una
 
     def _rate(self, now: float):
-        """The sending rate now: DCQCN's reaction point, the CC's rate (or window over the RTT), or the flow's
-        static pacing rate (None = line rate)."""
-        if self.rp is not None:
-            self.rp.advance(now)
-            return self.rp.rate
-        if self.scc is not None:
+        """The sending rate now: the CC's rate (or window over the RTT; its timers advanced to ``now``), or the
+        flow's static pacing rate (None = line rate)."""
+        cc = self.cc
+        if cc is not None:
+            cc.advance(now)
             r = self._cc_rate()
             if r is not None:
                 return min(r, self.static_rate) if self.static_rate else r
@@ -920,46 +915,37 @@ class Requester:
         """New PSNs below this may go (None: no limit): the CC's window over the unSACKed PSNs in flight, and the
         EQDS credit limit."""
         limit = None
-        if self.scc is not None and self.scc.cwnd != float("inf"):
-            limit = self.una + self.nsacked + max(1, int(self.scc.cwnd // mtu))
+        if self.cc is not None and self.cc.cwnd != float("inf"):
+            limit = self.una + self.nsacked + max(1, int(self.cc.cwnd // mtu))
         if self.credit_limit is not None:
             limit = self.credit_limit if limit is None else min(limit, self.credit_limit)
         return limit
 
-    def _burst(self, now: float, rate):
-        """Up to BURST packets: retransmissions first, then new ones, in GSO runs; returns the pump status."""
-        if self.bs is not None:
-            return self._burst_batched(now, rate)
-        rp, npk = self.rp, self.npk
-        # The hot path (bench/roce_rate.py). Per packet: one struct.pack of BTH[+RETH], two or three crc32 calls
-        # continuing from the cached IP/UDP prefix state, ICRC pack. Runs of same-size packets to one socket go
-        # out as one UDP GSO sendmsg of up to ``batch`` packets (the kernel segments them; IP ids 0, 1, … —
-        # wire.data_socket); everything else is per flow.
-        lay, tmpl, data, daddr = self.lay, self.tmpl, self.data, self.daddr
-        pre, fix, word1, pkey = tmpl.pre, tmpl.fix, tmpl.word1, tmpl.pkey
-        socks, n_ent, sport0, ppm, mtu, lmsg = self.socks, self.n_ent, self.sport, lay.ppm, lay.mtu, lay.msg
+    def _plan(self, now: float, rate):
+        """The packets of one burst, in sending order, as both senders build them: retransmissions first (PSNs
+        acknowledged or SACKed since they were queued are skipped), then new PSNs below the CC window / EQDS
+        credit limit, up to BURST and, when paced, up to the first one not due yet. Each is (PSN index, from the
+        retransmission queue, message, index in it, message length, region offset, payload, pad, last of its
+        message, BTH PSN word with the ack request, IP bytes). Also returns whether the burst stopped short
+        (nothing more may go now) and the ``ackreq_at`` the burst leaves — the caller keeps it only when its
+        packets went (a GSO run refused mid-burst keeps the old one, so the retried packets ask again). Ack
+        requests: a message's last packet; with the extended transport also the
+        last packet the window allows (the receiver ACKs every ACK_EVERY packets, more than a small window
+        holds), every 4th, and one per ``ack_every_s`` at least."""
+        npk, lay = self.npk, self.lay
+        ppm, mtu, lmsg = lay.ppm, lay.mtu, lay.msg
         full_msgs = lay.nmsg - 1 if npk is not None else None
-        crc32, pack_bth, pack_bthreth, pack_icrc = fast_crc32, w.BTH.pack, w.BTH_RETH.pack, w.ICRC.pack
-        ce_prob = self.ce_prob
-        batch = self.batch if (n_ent == 1 and not ce_prob) else 1
         retxq, una, hi = self.retxq, self.una, self.hi
         nxt, next_t = self.nxt, self.next_t
-        pick = self.policy.pick if n_ent > 1 else None
         sacked = self.sacked if self.nsacked else None
-        ext = self.ext
-        if ext:
-            ts = int(now * 1e6) & 0xFFFFFFFF
-            pack_bth, pack_bthreth = (lambda *a: w.BTH.pack(*a) + w.XTH.pack(ts, 0),
-                                      lambda *a: w.BTH_RETH.pack(*a) + w.XTH.pack(ts, 0))
         limit = self._new_psn_limit(mtu)
+        ext = self.ext
+        # IP 20 + UDP 8 + BTH 12 + ICRC 4 [+ XTH] [+ an INT stack]; + RETH 16 on a message's first packet
+        fixed = 44 + (w.XTH_LEN if ext else 0) + len(self.int_stack)
         ack_every = self.ack_every_s
         areq_due = self.ackreq_at + ack_every
-        stack = self.int_stack                        # HPCC: an INT stack before the BTH (not in the ICRC)
-        slen = len(stack)
-        parts: list = []
-        meta: list = []
-        g_n, g_ulen, g_sock = 0, 0, None
-        broke = False
+        plan: list = []
+        stopped = False
         for _ in range(BURST):
             if retxq:
                 idx = retxq.popleft()
@@ -970,7 +956,7 @@ class Requester:
                 idx = nxt
                 from_q = False
             else:
-                broke = True
+                stopped = True
                 break
             m, j = divmod(idx, ppm)
             if full_msgs is None:                    # duration flow: the same region, message after message
@@ -984,26 +970,71 @@ class Requester:
             if not last:
                 ln = mtu
             pad = -ln & 3
-            hl = (28 if j == 0 else 12) + (8 if ext else 0)
-            ulen = 12 + hl + ln + pad                 # UDP header + BTH[+RETH][+XTH] + payload + pad + ICRC
-            wlen = ulen + slen                        # … on the wire, with an INT stack
-            if pick is not None:
-                k = pick(now)
-                sport, sock = sport0 + k, socks[k]
-            else:
-                k, sport, sock = 0, sport0, socks[0]
-            if g_n and (wlen != g_ulen or sock is not g_sock or g_n == batch):
-                st = self._send(g_sock, parts, meta, g_ulen, daddr, rp, rate, now)
-                if st is not None:
-                    return st
-                parts, meta, g_n = [], [], 0
-            # ack request: a message's last packet; with a CC window also the last packet the window allows
-            # (the receiver ACKs every ACK_EVERY packets, more than a small window holds) and every 4th
             if last or (ext and (idx & 3 == 3 or (limit is not None and idx + 1 >= limit) or now >= areq_due)):
                 psnw = 0x80000000 | (idx & 0xFFFFFF)
                 areq_due = now + ack_every
             else:
                 psnw = idx & 0xFFFFFF
+            ipb = fixed + ln + pad + (16 if j == 0 else 0)
+            plan.append((idx, from_q, m, j, ml, base + off_in, ln, pad, last, psnw, ipb))
+            if not from_q:
+                nxt = idx + 1
+            if rate:
+                next_t += ipb * 8 / rate
+                if next_t > now:
+                    stopped = True
+                    break
+        return plan, stopped, areq_due - ack_every
+
+    def _wait_after(self, now: float, rate, stopped: bool):
+        """The pump status after a burst went out: more at once when it was whole, else the pacing time or a
+        look at the ACKs."""
+        if not stopped:
+            return READY, None
+        if rate and self.next_t > now:
+            return WAIT_TIME, min(self.next_t, now + self.poll_s)
+        return WAIT_TIME, now + self.poll_s             # waiting for ACKs (or the RTO)
+
+    def _requeue(self, plan, after: int) -> None:
+        """Planned retransmissions that did not go: back into the queue, in their order, behind the ``after``
+        ones a failed send put back first (new PSNs need nothing: ``nxt`` moves only for packets that left)."""
+        q = self.retxq
+        for p in reversed(plan):
+            if p[1]:
+                q.insert(after, p[0])
+
+    def _burst(self, now: float, rate):
+        """One burst (:meth:`_plan`) of a flow with one source port, in GSO runs; returns the pump status."""
+        if self.bs is not None:
+            return self._burst_batched(now, rate)
+        # The hot path (bench/roce_rate.py). Per packet: one struct.pack of BTH[+RETH], two or three crc32 calls
+        # continuing from the cached IP/UDP prefix state, ICRC pack. Runs of same-size packets go out as one UDP
+        # GSO sendmsg of up to ``batch`` packets (the kernel segments them; IP ids 0, 1, … — wire.data_socket);
+        # everything else is per flow.
+        plan, stopped, ackreq_at = self._plan(now, rate)
+        cc, lay, tmpl, data, daddr = self.cc, self.lay, self.tmpl, self.data, self.daddr
+        pre, fix, word1, pkey, sport, sock = tmpl.pre, tmpl.fix, tmpl.word1, tmpl.pkey, self.sport, self.socks[0]
+        lmsg = lay.msg
+        crc32, pack_bth, pack_bthreth, pack_icrc = fast_crc32, w.BTH.pack, w.BTH_RETH.pack, w.ICRC.pack
+        batch = 1 if self.ce_prob else self.batch
+        if self.ext:
+            ts = int(now * 1e6) & 0xFFFFFFFF
+            pack_bth, pack_bthreth = (lambda *a: w.BTH.pack(*a) + w.XTH.pack(ts, 0),
+                                      lambda *a: w.BTH_RETH.pack(*a) + w.XTH.pack(ts, 0))
+        stack = self.int_stack                        # HPCC: an INT stack before the BTH (not in the ICRC)
+        slen = len(stack)
+        parts: list = []
+        meta: list = []
+        g_n, g_ulen = 0, 0
+        for i, (idx, from_q, m, j, ml, off, ln, pad, last, psnw, ipb) in enumerate(plan):
+            ulen = ipb - 20 - slen                    # UDP header + BTH[+RETH][+XTH] + payload + pad + ICRC
+            wlen = ulen + slen                        # … on the wire, with an INT stack
+            if g_n and (wlen != g_ulen or g_n == batch):
+                st = self._send(sock, parts, meta, g_ulen, daddr, cc, rate, now)
+                if st is not None:
+                    self._requeue(plan[i:], sum(1 for x in meta if x[1]))
+                    return st
+                parts, meta, g_n = [], [], 0
             if j == 0:
                 hdr = pack_bthreth(w.OP_WRITE_ONLY if last else w.OP_WRITE_FIRST, pad << 4, pkey, word1, psnw,
                                    0x10000000 + m * lmsg, 0x1234, ml)
@@ -1013,7 +1044,7 @@ class Requester:
             c = pre.get(key)
             if c is None:
                 c = tmpl.prefix(sport, ulen, g_n)
-            src = data[base + off_in:base + off_in + ln]
+            src = data[off:off + ln]
             c = crc32(src, crc32(hdr, c))
             if slen:
                 parts.append(stack)
@@ -1022,28 +1053,17 @@ class Requester:
                 parts += (hdr, src, pd, pack_icrc(crc32(pd, c) ^ fix[ulen]))
             else:
                 parts += (hdr, src, pack_icrc(c ^ fix[ulen]))
-            meta.append((idx, from_q, ln, k, 20 + wlen))
+            meta.append((idx, from_q, ln, 0, ipb))
             g_n += 1
-            g_ulen, g_sock = wlen, sock
-            if not from_q:
-                nxt = idx + 1
-            if rate:
-                next_t += (20 + wlen) * 8 / rate
-                if next_t > now:
-                    broke = True
-                    break
-        self.ackreq_at = areq_due - ack_every
+            g_ulen = wlen
+        self.ackreq_at = ackreq_at
         if g_n:
-            st = self._send(g_sock, parts, meta, g_ulen, daddr, rp, rate, now)
+            st = self._send(sock, parts, meta, g_ulen, daddr, cc, rate, now)
             if st is not None:
                 return st
-        if not broke:                                 # a whole burst went out: more may be ready
-            return READY, None
-        if rate and self.next_t > now:
-            return WAIT_TIME, min(self.next_t, now + self.poll_s)
-        return WAIT_TIME, now + self.poll_s             # waiting for ACKs (or the RTO)
+        return self._wait_after(now, rate, stopped)
 
-    def _send(self, sock, parts, meta, ulen, daddr, rp, rate, now):
+    def _send(self, sock, parts, meta, ulen, daddr, cc, rate, now):
         """Send one run of ``len(meta)`` packets of UDP length ``ulen`` (one GSO sendmsg when more than one) and
         commit them (PSN state, counters, pacing); on back-pressure put them back and say what to wait for."""
         k = len(meta)
@@ -1065,10 +1085,10 @@ class Requester:
                 return READY, None
             self.error = f"send: {e.strerror}"
             return self._finish(now)
-        self._commit(meta, rp, rate, now)
+        self._commit(meta, cc, rate, now)
         return None
 
-    def _commit(self, meta, rp, rate, now: float) -> None:
+    def _commit(self, meta, cc, rate, now: float) -> None:
         """Account packets that left, ``(idx, from_q, payload, entropy, wire bytes)`` each: PSN state (nxt, hi,
         retransmissions), each PSN's entropy, bytes, DCQCN's byte counter, the pacing schedule. The RTO starts
         now when nothing was outstanding, not at the last ACK (a paced flow idles between packets)."""
@@ -1097,24 +1117,22 @@ class Requester:
         self.retrans += retrans
         self.bytes += nbytes
         self.sent += len(meta)
-        if rp is not None:
-            rp.on_bytes(nwire, now)                   # = one call per packet (a byte counter)
+        if cc is not None:
+            cc.on_sent(now, nwire)                    # DCQCN's byte counter: = one call per packet
         if rate:
             self.next_t += nwire * 8 / rate
             self.pace_rate = rate
 
     def _burst_batched(self, now: float, rate):
-        """:meth:`_burst` for a flow with several source ports: up to BURST packets, each with the entropy its
-        policy picks, staged in the BatchSender's arena (whole header per packet, the payload by pointer) and sent
-        with one sendmmsg (:meth:`_flush`). Same choices as :meth:`_burst` (retransmissions first, SACKed PSNs
-        skipped, the CC window / EQDS credit limit, ack requests, pacing)."""
-        rp, npk, bs = self.rp, self.npk, self.bs
-        lay, tmpl, data, pick, sport0 = self.lay, bs.tmpl, self.data, self.policy.pick, self.sport
+        """:meth:`_burst` for a flow with several source ports: the burst of :meth:`_plan`, each packet with the
+        entropy its policy picks, staged in the BatchSender's arena (whole header per packet, the payload by
+        pointer) and sent with one sendmmsg (:meth:`_flush`)."""
+        plan, stopped, self.ackreq_at = self._plan(now, rate)
+        cc, bs = self.cc, self.bs
+        tmpl, pick, sport0, lmsg = bs.tmpl, self.policy.pick, self.sport, self.lay.msg
         pre, fix, word1, pkey, srcb, dstb = tmpl.pre, tmpl.fix, bs.word1, bs.pkey, bs.src, bs.dst
         mv, hdr_off, tail_off, iovq, daddr, cks = bs.mv, bs.hdr_off, bs.tail_off, bs.iovq, bs.data_addr, bs.cks
-        ppm, mtu, lmsg = lay.ppm, lay.mtu, lay.msg
-        full_msgs = lay.nmsg - 1 if npk is not None else None
-        crc32, tails = fast_crc32, BATCH_TAIL
+        crc32, tails, data = fast_crc32, BATCH_TAIL, self.data
         ext = self.ext
         if ext:
             ts = int(now * 1e6) & 0xFFFFFFFF
@@ -1126,69 +1144,32 @@ class Requester:
         hl_reth, hl_bth = bs.hl_reth + xl, bs.hl_bth + xl
         tos0, ce_prob, rng = self.tos, self.ce_prob, self.rng
         tos_ce = (tos0 & ~w.ECN_MASK) | w.CE
-        retxq, una, hi = self.retxq, self.una, self.hi
-        nxt, next_t = self.nxt, self.next_t
-        sacked = self.sacked if self.nsacked else None
-        limit = self._new_psn_limit(mtu)
-        ack_every = self.ack_every_s
-        areq_due = self.ackreq_at + ack_every
         meta: list = []
-        i = 0
-        broke = False
-        for _ in range(BURST):
-            if retxq:
-                idx = retxq.popleft()
-                if idx < una or idx >= hi or (sacked is not None and idx < len(sacked) and sacked[idx]):
-                    continue
-                from_q = True
-            elif (npk is None or nxt < npk) and (limit is None or nxt < limit):
-                idx = nxt
-                from_q = False
-            else:
-                broke = True
-                break
-            m, j = divmod(idx, ppm)
-            if full_msgs is None:
-                ml, base = lmsg, 0
-            else:
-                ml = lmsg if m < full_msgs else lay.size - full_msgs * lmsg
-                base = m * lmsg
-            off_in = j * mtu
-            ln = ml - off_in
-            last = ln <= mtu
-            if not last:
-                ln = mtu
-            pad = -ln & 3
+        for i, (idx, from_q, m, j, ml, o, ln, pad, last, psnw, ipb) in enumerate(plan):
             k = pick(now)
             sport = sport0 + k
             tos = tos_ce if ce_prob and rng.random() < ce_prob else tos0
-            if last or (ext and (idx & 3 == 3 or (limit is not None and idx + 1 >= limit) or now >= areq_due)):
-                psnw = 0x80000000 | (idx & 0xFFFFFF)
-                areq_due = now + ack_every
-            else:
-                psnw = idx & 0xFFFFFF
+            ulen = ipb - 20                           # UDP 8 + BTH 12 [+ RETH 16] [+ XTH 8] + payload + pad + ICRC 4
             h = hdr_off[i]
             if j == 0:
-                ulen = 40 + xl + ln + pad             # UDP 8 + BTH 12 + RETH 16 [+ XTH 8] + payload + pad + ICRC 4
                 op = w.OP_WRITE_ONLY if last else w.OP_WRITE_FIRST
                 if ext:
-                    pack_hr(mv, h, 0x45, tos, 20 + ulen, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | 20 + ulen],
+                    pack_hr(mv, h, 0x45, tos, ipb, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | ipb],
                             srcb, dstb, sport, 4791, ulen, 0, op, pad << 4, pkey, word1, psnw,
                             0x10000000 + m * lmsg, 0x1234, ml, ts, 0)
                 else:
-                    pack_hr(mv, h, 0x45, tos, 20 + ulen, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | 20 + ulen],
+                    pack_hr(mv, h, 0x45, tos, ipb, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | ipb],
                             srcb, dstb, sport, 4791, ulen, 0, op, pad << 4, pkey, word1, psnw,
                             0x10000000 + m * lmsg, 0x1234, ml)
                 b = bthreth[i]
                 hlen = hl_reth
             else:
-                ulen = 24 + xl + ln + pad
                 op = w.OP_WRITE_LAST if last else w.OP_WRITE_MIDDLE
                 if ext:
-                    pack_h(mv, h, 0x45, tos, 20 + ulen, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | 20 + ulen],
+                    pack_h(mv, h, 0x45, tos, ipb, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | ipb],
                            srcb, dstb, sport, 4791, ulen, 0, op, pad << 4, pkey, word1, psnw, ts, 0)
                 else:
-                    pack_h(mv, h, 0x45, tos, 20 + ulen, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | 20 + ulen],
+                    pack_h(mv, h, 0x45, tos, ipb, BATCH_IP_ID, 0x4000, 64, 17, cks[tos << 16 | ipb],
                            srcb, dstb, sport, 4791, ulen, 0, op, pad << 4, pkey, word1, psnw)
                 b = bth[i]
                 hlen = hl_bth
@@ -1196,7 +1177,6 @@ class Requester:
             c = pre.get(key)
             if c is None:
                 c = tmpl.prefix(sport, ulen, BATCH_IP_ID)
-            o = base + off_in
             c = crc32(data[o:o + ln], crc32(b, c))
             if pad:
                 c = crc32(PADS[pad], c)
@@ -1206,28 +1186,15 @@ class Requester:
             iovq[q + 2] = daddr + o
             iovq[q + 3] = ln
             iovq[q + 5] = pad + 4
-            meta.append((idx, from_q, ln, k, 20 + ulen))
-            i += 1
-            if not from_q:
-                nxt = idx + 1
-            if rate:
-                next_t += (20 + ulen) * 8 / rate
-                if next_t > now:
-                    broke = True
-                    break
-        self.ackreq_at = areq_due - ack_every
-        if i:
-            bs.n = i
-            st = self._flush(meta, rp, rate, now)
+            meta.append((idx, from_q, ln, k, ipb))
+        if meta:
+            bs.n = len(meta)
+            st = self._flush(meta, cc, rate, now)
             if st is not None:
                 return st
-        if not broke:
-            return READY, None
-        if rate and self.next_t > now:
-            return WAIT_TIME, min(self.next_t, now + self.poll_s)
-        return WAIT_TIME, now + self.poll_s
+        return self._wait_after(now, rate, stopped)
 
-    def _flush(self, meta, rp, rate, now):
+    def _flush(self, meta, cc, rate, now):
         """Send the staged burst (one sendmmsg) and commit what went, as :meth:`_send` does; what did not go —
         a partial send, or all on back-pressure — goes back: retransmissions to the queue, new packets by
         ``nxt`` staying at the first unsent one."""
@@ -1237,7 +1204,7 @@ class Requester:
             sent, err = 0, e
         else:
             err = None
-        self._commit(meta[:sent], rp, rate, now)
+        self._commit(meta[:sent], cc, rate, now)
         if sent == len(meta):
             return None
         for idx, from_q, _ln, _k, _w in reversed(meta[sent:]):
@@ -1253,17 +1220,17 @@ class Requester:
         return self._finish(now)
 
     def stats(self) -> dict:
-        rp = self.rp
+        cs = self.cc.stats() if self.cc is not None else {}
         d = dict(packets_sent=self.sent, bytes_sent=self.bytes, send_start=self.send_start,
                  send_end=self.send_end, retrans=self.retrans, timeouts=self.timeouts, naks_received=self.naks,
-                 acks_received=self.acks, cnps_received=rp.cnps if rp else 0,
-                 final_rate_bps=rp.rate if rp else None, alpha=rp.alpha if rp else None, error=self.error,
+                 acks_received=self.acks, cnps_received=cs.get("dcqcn_cnps", 0),
+                 final_rate_bps=cs.get("dcqcn_rate_final"), alpha=cs.get("dcqcn_alpha"), error=self.error,
                  sacks=self.sacks, trim_naks=self.trim_naks, int_echoes=self.int_echoes if self.int_stack else None,
                  **self.policy.stats(), **self.rtt.stats())
         if self.trace is not None:
             d.update(self.trace.stats())
-        if self.scc is not None:
-            d["cc_state"] = self.scc.stats()
+        if self.cc is not None:
+            d["cc_state"] = cs
         return d
 
 

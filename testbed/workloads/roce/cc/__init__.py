@@ -1,49 +1,52 @@
-"""Sender-side congestion control of the RoCE engine beside DCQCN (``dcqcn.py``): pure logic, explicit times.
+"""Sender-side congestion control of the RoCE engine: pure logic, explicit times, one module per controller
+(dcqcn, nscc, swift, timely, hpcc, eqds) behind one interface.
 
-Every controller has the same interface (``SenderCC``): ``cwnd`` (bytes allowed in flight, ``math.inf`` when
-purely rate-based), ``rate`` (pacing rate in bit/s, None = unpaced), ``on_ack(now, *, acked_bytes, rtt_s, ecn,
-inflight, hops=None)``, ``on_loss(now, kind)`` with kind trim | nak | timeout, and ``stats()`` for flows.csv.
-``hops`` is a tuple of ``Hop`` INT records (HPCC reads them; Swift counts them). EQDS adds a credit gate
+Every controller is a ``SenderCC`` (base.py; docs/extending.md field by field): ``cwnd`` (bytes allowed in
+flight, ``math.inf`` when purely rate-based), ``rate`` (pacing rate in bit/s, None = unpaced), ``advance(now)``,
+``on_ack(now, *, acked_bytes, rtt_s, ecn, inflight, hops=None)``, ``on_loss(now, kind)`` with kind trim | nak |
+timeout, ``on_cnp(now)`` (DCQCN's signal), ``on_sent(now, wire_bytes)`` and ``stats()`` for the results. ``hops``
+is a tuple of ``Hop`` INT records (HPCC reads them; Swift counts them). EQDS adds a credit gate
 (``may_send``/``consume``/``on_credit``) and a receiver-side ``CreditPacer``.
 
-``scaled_params`` builds the parameter dicts the agents receive (``traffic.<cc>`` overrides over the papers'
-defaults scaled to the link rate and base RTT); ``make_sender_cc(name, params, now)`` builds a flow's controller.
+Each module owns its scenario model (``SwiftConfig`` … = ``traffic.swift``) beside its runtime parameters
+(``SwiftParams.scaled``). ``registry.py`` maps every ``traffic.cc`` name — built-in or an installed plugin of the
+entry-point group ``fabric_testbed.cc`` — to a ``CongestionControl``: its model, its scaling, its factory.
+``scaled_params``/``make_sender_cc`` are the built-ins' shortcuts the unit tests and the loop model use.
 """
 from __future__ import annotations
 
-from typing import Optional, Protocol, Union
+from typing import Optional, Union
 
-from .base import Hop, ParamsBase
-from .eqds import CreditPacer, EqdsParams, EqdsSender, NsccEqds
-from .hpcc import HpccParams, HpccSender
-from .nscc import NsccParams, NsccSender
-from .swift import SwiftParams, SwiftSender
-from .timely import TimelyParams, TimelySender
+from ....spec_types import Rate, Size, Time
+from .base import MSS, CCConfig, Hop, ParamsBase, SenderCC, Track, bdp_bytes
+from .dcqcn import DcqcnConfig, DcqcnParams, DcqcnSender, NotificationPoint, ReactionPoint, jain
+from .eqds import CreditPacer, EqdsConfig, EqdsParams, EqdsSender, NsccEqds
+from .hpcc import HpccConfig, HpccParams, HpccSender
+from .nscc import NsccConfig, NsccParams, NsccSender
+from .registry import GROUP, BUILTINS, CongestionControl, UnknownCC
+from .registry import get as get_cc, maybe as maybe_cc, names as cc_names
+from .swift import SwiftConfig, SwiftParams, SwiftSender
+from .timely import TimelyConfig, TimelyParams, TimelySender
 
-__all__ = ["Hop", "CreditPacer", "EqdsParams", "EqdsSender", "NsccEqds", "HpccParams", "HpccSender", "NsccParams",
-           "NsccSender", "SwiftParams", "SwiftSender", "TimelyParams", "TimelySender", "CC_NAMES", "FAMILIES",
-           "families", "scaled_params", "make_sender_cc", "estimate_base_rtt", "SenderCC"]
+#: the interface a plugin uses (docs/extending.md): SenderCC, CCConfig, CongestionControl, Track, bdp_bytes, MSS,
+#: Hop and the units of a params model (Rate, Size, Time)
+__all__ = ["Hop", "MSS", "SenderCC", "CCConfig", "CongestionControl", "Track", "bdp_bytes", "GROUP", "Rate",
+           "Size", "Time",
+           "get_cc", "maybe_cc", "cc_names", "UnknownCC", "BUILTINS",
+           "CreditPacer", "EqdsConfig", "EqdsParams", "EqdsSender", "NsccEqds", "HpccConfig", "HpccParams",
+           "HpccSender", "NsccConfig", "NsccParams", "NsccSender", "SwiftConfig", "SwiftParams", "SwiftSender",
+           "TimelyConfig", "TimelyParams", "TimelySender", "DcqcnConfig", "DcqcnParams", "DcqcnSender",
+           "ReactionPoint", "NotificationPoint", "jain", "CC_NAMES", "FAMILIES", "families", "scaled_params",
+           "make_sender_cc", "estimate_base_rtt"]
 
-#: every ``traffic.cc`` value; ``none`` and ``dcqcn`` are handled by rc.py itself (DCQCN is CNP-driven)
-CC_NAMES = ("none", "dcqcn", "nscc", "swift", "timely", "hpcc", "eqds", "nscc+eqds")
+#: the built-in ``traffic.cc`` values (installed plugins add theirs: ``cc_names()``)
+CC_NAMES = ("none",) + tuple(BUILTINS)
 FAMILIES = {"nscc": (NsccParams, NsccSender), "swift": (SwiftParams, SwiftSender),
             "timely": (TimelyParams, TimelySender), "hpcc": (HpccParams, HpccSender),
             "eqds": (EqdsParams, EqdsSender)}
 #: the host's kernel/Python path in a base RTT (send + receive + ACK turnaround) when it is estimated from the
 #: topology: what ping-pong RTTs between two namespaces on an idle link of this machine come to
 HOST_PATH_S = 200e-6
-
-
-class SenderCC(Protocol):
-    cwnd: float
-    rate: Optional[float]
-
-    def on_ack(self, now: float, *, acked_bytes: int, rtt_s: Optional[float], ecn: bool, inflight: int,
-               hops: "Optional[tuple[Hop, ...]]" = None) -> None: ...
-
-    def on_loss(self, now: float, kind: str) -> None: ...
-
-    def stats(self) -> dict: ...
 
 
 def families(name: str) -> tuple[str, ...]:
@@ -83,13 +86,17 @@ def _params(fam: str, p: Union[ParamsBase, dict]):
 
 def make_sender_cc(name: str, params: Union[dict, ParamsBase], now: float):
     """A flow's sender controller for ``traffic.cc`` = ``name``; ``params`` is the family's params (object or
-    dict) or the {family: params} mapping ``scaled_params`` returns. ``none`` → None; ``dcqcn`` is not built
-    here (rc.py drives ``dcqcn.ReactionPoint`` from CNPs)."""
-    fams = families(name)
-    if name == "dcqcn":
-        raise ValueError("traffic.cc: dcqcn is CNP-driven: use dcqcn.ReactionPoint")
-    if not fams:
+    dict) or the {family: params} mapping ``scaled_params`` returns (what the agents receive as ``cc_params``).
+    ``none`` → None. DCQCN and installed plugins: ``params`` = {name: what its ``scale`` returned} (or that
+    dict itself)."""
+    if name == "none":
         return None
+    if name == "dcqcn" or name not in CC_NAMES:
+        if isinstance(params, DcqcnParams):
+            return ReactionPoint(params, now)
+        own = params.get(name, params) if isinstance(params, dict) else params
+        return get_cc(name).make(own, now)
+    fams = families(name)
 
     def get(fam):
         if isinstance(params, ParamsBase):

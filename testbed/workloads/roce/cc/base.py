@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import NamedTuple, Optional
+from typing import ClassVar, NamedTuple, Optional
+
+from ....spec_types import Strict
 
 MSS = 1024          # payload bytes per packet: the IB path MTU the engine picks for 1500-byte packets
 
@@ -63,6 +65,56 @@ class ParamsBase:
             if v is not None:
                 setattr(self, k, v)
         return self
+
+
+class SenderCC:
+    """The interface the RoCE requester drives one flow's congestion control through (docs/extending.md).
+
+    ``cwnd``: bytes allowed in flight (``math.inf``: not window-limited); ``rate``: pacing rate in bit/s (None:
+    unpaced). The engine reads both before every burst. The hooks below default to doing nothing, so an
+    ACK-driven controller writes ``on_ack``/``on_loss`` and a CNP-driven one (DCQCN) ``on_cnp``/``on_sent``/
+    ``advance``; both fit one slot of the requester."""
+    cwnd: float = math.inf
+    rate: Optional[float] = None
+
+    def advance(self, now: float) -> None:
+        """Time passed: run the timers due by ``now`` (called before ``rate`` is read)."""
+
+    def on_ack(self, now: float, *, acked_bytes: int, rtt_s: Optional[float], ecn: bool, inflight: int,
+               hops: "Optional[tuple[Hop, ...]]" = None) -> None:
+        """An ACK: ``acked_bytes`` newly delivered, an RTT sample (None when the ACK echoed no transmit time),
+        whether any packet it covers was CE-marked, the bytes still in flight, the INT hop records it echoed."""
+
+    def on_loss(self, now: float, kind: str) -> None:
+        """A loss signal: ``trim`` (a switch cut the payload), ``nak`` (a gap at the receiver), ``timeout``."""
+
+    def on_cnp(self, now: float) -> None:
+        """A congestion notification packet from the receiver (sent for CE-marked arrivals, one per interval)."""
+
+    def on_sent(self, now: float, wire_bytes: int) -> None:
+        """Packets of ``wire_bytes`` (IP length, all of them) left the sender."""
+
+    def stats(self) -> dict:
+        """Counters for the flow's results (``cc_state`` in the sender's output)."""
+        return {}
+
+
+class CCConfig(Strict):
+    """A controller's scenario parameters (``traffic.<cc>`` / ``traffic.cc_params``); None = the scaled default.
+    ``KEYS`` maps a scenario key to its runtime parameter where the names differ; keys in ``NS`` are times in ns
+    that the runtime takes in seconds. ``base_rtt`` is not a parameter override (the engine's estimate when
+    None)."""
+    KEYS: ClassVar[dict] = {}
+    NS: ClassVar[frozenset] = frozenset()
+
+    def overrides(self) -> dict:
+        """{runtime parameter: value} of the keys given (times → seconds), ``base_rtt`` left out."""
+        out = {}
+        for k, v in self.model_dump().items():
+            if k == "base_rtt" or v is None:
+                continue
+            out[self.KEYS.get(k, k)] = v / 1e9 if k in self.NS else v
+        return out
 
 
 class Track:

@@ -24,8 +24,23 @@ import math
 from dataclasses import dataclass
 from typing import Hashable, Optional
 
-from .base import MSS, ParamsBase, bdp_bytes, check_positive
+from pydantic import Field
+
+from ....spec_types import Size, Time
+from .base import MSS, CCConfig, ParamsBase, SenderCC, bdp_bytes, check_positive
 from .nscc import NsccParams, NsccSender
+
+
+class EqdsConfig(CCConfig):
+    """``traffic.eqds``: EQDS receiver-credit parameters."""
+    KEYS = {"credit": "credit_bytes", "unsolicited": "unsolicited_bytes", "credit_ttl": "credit_ttl_s"}
+    NS = frozenset({"credit_ttl"})
+    base_rtt: Optional[Time] = None
+    credit: Optional[Size] = None             # bytes per grant
+    unsolicited: Optional[Size] = None        # the first window a sender may send without credit
+    overcommit: Optional[float] = Field(None, ge=1, le=2)
+    credit_ttl: Optional[Time] = None
+    max_outstanding: Optional[Size] = None
 
 
 @dataclass
@@ -131,7 +146,7 @@ class CreditPacer:
         return None
 
 
-class EqdsSender:
+class EqdsSender(SenderCC):
     """Sender-side gate: one unsolicited window, then credit only. ``cwnd`` is infinite, ``rate`` None."""
 
     def __init__(self, unsolicited_bytes: int, credit_ttl_s: float = math.inf):
@@ -200,7 +215,7 @@ class EqdsSender:
                 "credit_returned": self.returned, "unsolicited_sent": self.unsolicited_sent}
 
 
-class NsccEqds:
+class NsccEqds(SenderCC):
     """``nscc+eqds``: the NSCC window and the EQDS credit gate together (a packet needs both)."""
 
     def __init__(self, nscc: NsccParams, eqds: EqdsParams, now: float):

@@ -27,7 +27,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .base import MSS, ParamsBase, Track, bdp_bytes, check_positive
+from typing import Annotated
+
+from pydantic import Field
+
+from .... import units
+from ....spec_types import Size, Time, unit
+from .base import MSS, CCConfig, ParamsBase, SenderCC, Track, bdp_bytes, check_positive
+
+
+class HpccConfig(CCConfig):
+    """``traffic.hpcc``: HPCC parameters."""
+    base_rtt: Optional[Time] = None
+    eta: Optional[float] = Field(None, gt=0, le=1)
+    max_stage: Optional[int] = Field(None, ge=0, le=100)
+    w_init: Optional[Size] = None
+    w_ai: Optional[float] = Field(None, gt=0)        # bytes per RTT
+    expected_flows: Optional[int] = Field(None, ge=1, le=100000)
+    qlen_allowance: Optional[Annotated[int, *unit(units.size_bytes), Field(ge=0)]] = None   # bytes of each INT
+                                              # queue reading not counted (None = one packet; 0 = the paper's rule)
 
 
 @dataclass
@@ -54,7 +72,7 @@ class HpccParams(ParamsBase):
         return p
 
 
-class HpccSender:
+class HpccSender(SenderCC):
     def __init__(self, p: HpccParams, now: float):
         self.p = p
         self.T = p.base_rtt_s

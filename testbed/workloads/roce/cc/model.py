@@ -6,7 +6,8 @@ queue of rate ``line_rate_bps`` (RED/ECN marking at kmin/kmax/pmax on the queue 
 ``buffer``), then cross ``prop`` (base RTT − 2 serialisations, split evenly both ways) to the receiver, which ACKs
 every packet (after a seeded random host delay of up to ``jitter_s``, default one packet time, as a real host
 has — without it a deterministic model phase-locks the flows' packets), echoing CE and the queue's INT record (queue, tx bytes, timestamp, rate at dequeue). DCQCN
-runs dcqcn.py's NotificationPoint/ReactionPoint (CNPs), EQDS a CreditPacer at the receiver. A drop becomes a NAK
+runs dcqcn.py's NotificationPoint/ReactionPoint (CNPs), EQDS a CreditPacer at the receiver. ``cc`` is a
+``traffic.cc`` name or a ``CongestionControl`` (a plugin's, before it is installed; ``overrides`` = its params). A drop becomes a NAK
 one propagation RTT later. Everything is driven by one event heap and one seeded RNG (the ECN coin), so a run
 is reproducible.
 """
@@ -18,8 +19,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..dcqcn import DcqcnParams, NotificationPoint, ReactionPoint, jain
-from . import CreditPacer, Hop, make_sender_cc, scaled_params
+from .dcqcn import DcqcnParams, NotificationPoint, jain
+from . import CC_NAMES, CongestionControl, CreditPacer, Hop, get_cc, make_sender_cc, scaled_params
 
 
 @dataclass
@@ -41,12 +42,12 @@ class _Flow:
         self.inflight = 0
         self.next_nic = self.next_pace = start
         self.wake: Optional[float] = None
-        self.cc = self.rp = self.np = None
+        self.cc = self.np = None                 # the flow's SenderCC; DCQCN's notification point
         self.acked_window = 0
         self.sent = 0
 
 
-def run(cc: str, *, n_flows: int = 2, line_rate_bps: float = 100e6, base_rtt_s: float = 500e-6,
+def run(cc: "str | CongestionControl", *, n_flows: int = 2, line_rate_bps: float = 100e6, base_rtt_s: float = 500e-6,
         mss: int = 1024, t_end: float = 3.0, stagger: float = 0.05, buffer: int = 1 << 20,
         ecn: Optional[tuple] = (20_000, 80_000, 0.2), overrides: Optional[dict] = None,
         dcqcn: Optional[DcqcnParams] = None, seed: int = 1, measure_from: Optional[float] = None,
@@ -62,7 +63,12 @@ def run(cc: str, *, n_flows: int = 2, line_rate_bps: float = 100e6, base_rtt_s: 
     if jitter >= half:
         raise ValueError(f"jitter_s {jitter} must be below half the propagation RTT ({half})")
     t0 = t_end / 2 if measure_from is None else measure_from
-    params = scaled_params(cc, line_rate_bps, base_rtt_s, overrides) if cc not in ("none", "dcqcn") else {}
+    plugin = None                      # a CC from outside the built-ins: a CongestionControl, or its registered name
+    if isinstance(cc, CongestionControl) or cc not in CC_NAMES:
+        plugin = cc if isinstance(cc, CongestionControl) else get_cc(cc)
+        cc = plugin.name
+        own = plugin.scale(line_rate_bps, base_rtt_s, plugin.params_model(**(overrides or {})), mss)
+    params = scaled_params(cc, line_rate_bps, base_rtt_s, overrides) if cc in CC_NAMES[2:] else {}
     dparams = dcqcn or DcqcnParams.scaled(line_rate_bps)
     pacer = CreditPacer.from_params(_eqds(params)) if "eqds" in params else None
     flows = [_Flow(i, i * stagger) for i in range(n_flows)]
@@ -103,11 +109,8 @@ def run(cc: str, *, n_flows: int = 2, line_rate_bps: float = 100e6, base_rtt_s: 
     def try_send(f, now):
         while True:
             c = f.cc
-            if f.rp is not None:
-                f.rp.advance(now)
-                rate = f.rp.rate
-                cwnd = math.inf
-            elif c is not None:
+            if c is not None:
+                c.advance(now)
                 rate, cwnd = c.rate, c.cwnd
             else:
                 rate, cwnd = None, math.inf
@@ -128,8 +131,8 @@ def run(cc: str, *, n_flows: int = 2, line_rate_bps: float = 100e6, base_rtt_s: 
             f.sent += 1
             f.next_nic = now + ser
             f.next_pace = now + (mss * 8 / rate if rate else 0.0)
-            if f.rp is not None:
-                f.rp.on_bytes(mss, now)
+            if c is not None:
+                c.on_sent(now, mss)
             at(now + ser, "arrive", f, now, solicited)
 
     def start_service(now):
@@ -149,11 +152,10 @@ def run(cc: str, *, n_flows: int = 2, line_rate_bps: float = 100e6, base_rtt_s: 
             next_sample[0] += 1e-4
         if kind == "start":
             f, = data
+            f.cc = (plugin.make(own, now) if plugin is not None
+                    else make_sender_cc(cc, dparams if cc == "dcqcn" else params, now))
             if cc == "dcqcn":
-                f.rp = ReactionPoint(dparams, now)
                 f.np = NotificationPoint(dparams.cnp_interval_s)
-            else:
-                f.cc = make_sender_cc(cc, params, now)
             if pacer is not None:
                 pacer.register(f.i, None)
                 schedule_pacer(now)
@@ -208,7 +210,7 @@ def run(cc: str, *, n_flows: int = 2, line_rate_bps: float = 100e6, base_rtt_s: 
             try_send(f, now)
         elif kind == "cnp":
             f, = data
-            f.rp.on_cnp(now)
+            f.cc.on_cnp(now)
         elif kind == "loss":
             f, = data
             f.inflight -= mss

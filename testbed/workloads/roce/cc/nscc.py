@@ -26,7 +26,25 @@ import collections
 from dataclasses import dataclass
 from typing import Optional
 
-from .base import MSS, ParamsBase, Track, bdp_bytes, check_positive
+from pydantic import Field
+
+from ....spec_types import Size, Time
+from .base import MSS, CCConfig, ParamsBase, SenderCC, Track, bdp_bytes, check_positive
+
+
+class NsccConfig(CCConfig):
+    """``traffic.nscc``: NSCC parameters; None = the scaled default (docs/transport.md)."""
+    KEYS = {"target_qdelay": "target_qdelay_s", "fi": "fi_bytes"}
+    NS = frozenset({"target_qdelay"})
+    base_rtt: Optional[Time] = None           # None = estimated from the topology
+    target_qdelay: Optional[Time] = None
+    init_cwnd: Optional[Size] = None
+    min_cwnd: Optional[Size] = None
+    max_cwnd: Optional[Size] = None
+    alpha: Optional[float] = Field(None, gt=0)
+    fi: Optional[Size] = None                 # fair increase, bytes per RTT
+    gamma: Optional[float] = Field(None, gt=0, le=1)
+    max_md: Optional[float] = Field(None, gt=0, lt=1)
 
 
 @dataclass
@@ -53,7 +71,7 @@ class NsccParams(ParamsBase):
         return p
 
 
-class NsccSender:
+class NsccSender(SenderCC):
     """Per-flow NSCC window; ``rate`` is None (window-limited, sent at line rate)."""
 
     def __init__(self, p: NsccParams, now: float):

@@ -23,7 +23,36 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from .base import MSS, ParamsBase, Track, bdp_bytes, check_positive
+from pydantic import Field, model_validator
+
+from ....spec_types import Size, Time
+from .base import MSS, CCConfig, ParamsBase, SenderCC, Track, bdp_bytes, check_positive
+
+
+class SwiftConfig(CCConfig):
+    """``traffic.swift``: Swift parameters; windows in bytes, fs_min/max_cwnd in packets."""
+    KEYS = {"base_target": "base_target_s", "hop_scale": "hop_scale_s", "fs_range": "fs_range_s"}
+    NS = frozenset({"base_target", "hop_scale", "fs_range"})
+    base_rtt: Optional[Time] = None
+    ai: Optional[float] = Field(None, gt=0)
+    beta: Optional[float] = Field(None, gt=0, le=1)
+    max_mdf: Optional[float] = Field(None, gt=0, lt=1)
+    base_target: Optional[Time] = None
+    hop_scale: Optional[Time] = None
+    fs_range: Optional[Time] = None
+    fs_min_cwnd: Optional[float] = Field(None, gt=0)
+    fs_max_cwnd: Optional[float] = Field(None, gt=0)
+    min_cwnd: Optional[Size] = None
+    max_cwnd: Optional[Size] = None
+    init_cwnd: Optional[Size] = None
+    hops: Optional[int] = Field(None, ge=0, le=16)
+    retx_reset: Optional[int] = Field(None, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _fs_order(self):
+        if self.fs_min_cwnd is not None and self.fs_max_cwnd is not None and self.fs_min_cwnd >= self.fs_max_cwnd:
+            raise ValueError(f"fs_max_cwnd: must be > fs_min_cwnd ({self.fs_min_cwnd}), got {self.fs_max_cwnd}")
+        return self
 
 
 @dataclass
@@ -52,7 +81,7 @@ class SwiftParams(ParamsBase):
         return p._override(override)
 
 
-class SwiftSender:
+class SwiftSender(SenderCC):
     def __init__(self, p: SwiftParams, now: float):
         self.p = p
         self.cwnd = float(min(max(p.init_cwnd, p.min_cwnd), p.max_cwnd))

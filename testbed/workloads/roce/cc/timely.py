@@ -35,10 +35,31 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from .base import MSS, ParamsBase, Track, bdp_bytes, check_positive
+from pydantic import Field
+
+from ....spec_types import Rate, Size, Time
+from .base import MSS, CCConfig, ParamsBase, SenderCC, Track, bdp_bytes, check_positive
 
 PAPER_RATE, PAPER_MIN_RTT = 10e9, 20e-6
 MAX_RTTS_PER_UPDATE = 64        # an increase counts at most this many RTTs since the last completion
+
+
+class TimelyConfig(CCConfig):
+    """``traffic.timely``: TIMELY parameters."""
+    KEYS = {"t_low": "t_low_s", "t_high": "t_high_s", "delta": "delta_bps", "segment": "segment_bytes",
+            "min_rate": "min_rate_bps"}
+    NS = frozenset({"t_low", "t_high"})
+    base_rtt: Optional[Time] = None
+    alpha: Optional[float] = Field(None, gt=0, le=1)
+    beta: Optional[float] = Field(None, gt=0, le=1)
+    t_low: Optional[Time] = None
+    t_high: Optional[Time] = None
+    delta: Optional[Rate] = None
+    segment: Optional[Size] = None
+    hai_after: Optional[int] = Field(None, ge=1, le=1000)
+    hai_n: Optional[int] = Field(None, ge=1, le=1000)
+    min_rate: Optional[Rate] = None
+    loss_factor: Optional[float] = Field(None, gt=0, le=1)
 
 
 @dataclass
@@ -69,7 +90,7 @@ class TimelyParams(ParamsBase):
         return p
 
 
-class TimelySender:
+class TimelySender(SenderCC):
     def __init__(self, p: TimelyParams, now: float):
         self.p = p
         self.cwnd = math.inf

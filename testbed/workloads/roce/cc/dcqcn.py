@@ -11,12 +11,39 @@ Kmin/Kmax in bytes). Such a slow-down keeps every ratio of the control loop (byt
 a fraction of line rate, CNPs per queue drain time) except the fixed kernel/Python path delay, which gets
 relatively smaller. At 100 Mbit/s (k = 400): CNP interval 20 ms, timers 22 ms, R_AI 100 kbit/s.
 Any parameter can be set explicitly in the scenario (``traffic.dcqcn``) instead.
+
+DCQCN is CNP-driven: the reaction point is a ``SenderCC`` whose ``on_cnp`` cuts the rate, ``on_sent`` feeds the
+byte counter and ``advance`` runs the timers; its ACK and loss hooks are the default no-ops. The receiver's
+notification point is the one per-CC receiver part the engine knows by name (rc.py's Responder).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
+from typing import Optional
+
+from pydantic import Field
+
+from ....spec_types import Rate, Size, Time
+from .base import CCConfig, SenderCC
 
 PAPER_RATE_BPS = 40_000_000_000
+
+
+class DcqcnConfig(CCConfig):
+    """``traffic.dcqcn``: DCQCN parameters; None = the paper's value scaled to the host link rate."""
+    KEYS = {"cnp_interval": "cnp_interval_s", "rate_timer": "rate_timer_s", "alpha_timer": "alpha_timer_s",
+            "rate_ai": "rate_ai_bps", "rate_hai": "rate_hai_bps", "min_rate": "min_rate_bps"}
+    NS = frozenset({"cnp_interval", "rate_timer", "alpha_timer"})
+    g: Optional[float] = Field(None, gt=0, le=1)          # α's gain
+    cnp_interval: Optional[Time] = None                   # at most one CNP per QP this often
+    rate_timer: Optional[Time] = None                     # rate-increase timer
+    alpha_timer: Optional[Time] = None                    # α-decay timer
+    byte_counter: Optional[Size] = None                   # a rate-increase step per this many bytes sent
+    fast_recovery: Optional[int] = Field(None, ge=0, le=100)   # steps towards the target before increasing it
+    rate_ai: Optional[Rate] = None                        # additive increase
+    rate_hai: Optional[Rate] = None                       # hyper increase
+    min_rate: Optional[Rate] = None
 
 
 @dataclass
@@ -46,12 +73,13 @@ class DcqcnParams:
         return asdict(self)
 
 
-class ReactionPoint:
+class ReactionPoint(SenderCC):
     """Per-QP sender state. ``rate`` (bit/s) is the current rate Rc; call ``advance(now)`` before reading it,
-    ``on_bytes(n, now)`` after sending, ``on_cnp(now)`` when a CNP arrives."""
+    ``on_bytes(n, now)`` (``on_sent``) after sending, ``on_cnp(now)`` when a CNP arrives."""
 
     def __init__(self, p: DcqcnParams, now: float):
         self.p = p
+        self.cwnd = math.inf                         # rate-based only
         self.rate = self.target = float(p.line_rate_bps)
         self.alpha = 1.0
         self.t_next = now + p.rate_timer_s          # rate-increase timer
@@ -102,6 +130,17 @@ class ReactionPoint:
             self.bytes -= self.p.byte_counter
             self.b_count += 1
             self._increase()
+
+    def on_sent(self, now: float, wire_bytes: int) -> None:
+        self.on_bytes(wire_bytes, now)
+
+    def stats(self) -> dict:
+        return {"dcqcn_cnps": self.cnps, "dcqcn_rate_final": self.rate, "dcqcn_alpha": self.alpha,
+                "dcqcn_rate_min": self.min_rate_seen}
+
+
+#: the SenderCC name of DCQCN's reaction point
+DcqcnSender = ReactionPoint
 
 
 class NotificationPoint:
