@@ -494,10 +494,6 @@ class ClusterBackend(Backend):
     def warnings(self) -> list[str]:
         return self.cl.warnings
 
-    def capabilities(self) -> dict:
-        from .. import doctor
-        return doctor.as_dict(doctor.probe(with_bcc=False))
-
     def up(self, log: Callable[[str], None]) -> None:
         try:
             self.cl.__enter__()

@@ -50,9 +50,13 @@ class Backend(ABC):
     topo: object                  # the whole fabric's Topology
     warnings: list[str]           # found while building (headroom, underlay): the manifest's headroom_warnings
 
-    @abstractmethod
+    scen: object                  # the Scenario it runs
+
     def capabilities(self) -> dict:
-        """What this machine can do (doctor.as_dict), for the manifest."""
+        """What the machine driving the run can do (doctor.as_dict), for the manifest: Docker's capabilities
+        only when the scenario has container hosts, so every back end records the same ones."""
+        from .. import doctor
+        return doctor.as_dict(doctor.probe(with_bcc=False, with_docker=self.scen.hosts.docker is not None))
 
     @abstractmethod
     def up(self, log: Callable[[str], None]) -> None:

@@ -32,10 +32,6 @@ class LocalBackend(Backend):
         self.warnings: list[str] = []
         self.pcaps: list[str] = []
 
-    def capabilities(self) -> dict:
-        from .. import doctor
-        return doctor.as_dict(doctor.probe(with_bcc=False, with_docker=self.scen.hosts.docker is not None))
-
     def up(self, log: Callable[[str], None]) -> None:
         from ..workloads.flows import rto_warning
         reap_stale()
