@@ -47,6 +47,13 @@ def _line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+def _death_message(cause) -> str:
+    """Why the GCS says an actor died: its DeathCause is a protobuf message (ActorDeathCause), whose ``.get``
+    does not exist — reading it as a mapping raised AttributeError when the driver noticed the death first."""
+    ctx = getattr(cause, "actor_died_error_context", None)
+    return getattr(ctx, "error_message", "") or ""
+
+
 class Parts:
     """The actors of one run, one per machine, and the calls to all of them (failures named by machine)."""
 
@@ -87,7 +94,7 @@ class Parts:
                 continue
             info = state.actors(actor_id=a._actor_id.hex())
             if info and info.get("State") == "DEAD":
-                cause = (info.get("DeathCause") or {}).get("actorDiedErrorContext", {}).get("errorMessage", "")
+                cause = _death_message(info.get("DeathCause"))
                 why = f"its actor died{f' ({cause.strip().splitlines()[0][:120]})' if cause.strip() else ''}"
                 self.dead[i] = why
                 raise PartFailed(f"{self.name(i)}: {why}")

@@ -25,6 +25,7 @@ from .. import report, workloads
 from ..errors import HelperFailed, TestbedError
 from ..fabric.port import nics_have_classes
 from ..scenario import Scenario, to_dict
+from ..telemetry import paths_used
 from ..version import __version__
 from ..workloads import WorkloadError
 from ..workloads.flows import rto_warning
@@ -340,7 +341,7 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
             "failed": failures[0] if failures else None, "profile": scen.profile}
     if scen.dilation > 1:
         meta["time_dilation"] = scen.dilation       # results gain real-unit columns (dilation.py)
-    used = workloads_paths_used(topo, got.flow_paths, traffic.flows)
+    used = paths_used(topo, got.flow_paths, traffic.flows)
     row = report.write_run(outdir, man, got.rows, flow_rows(topo, traffic, used, scen.packet_size), got.cpu, meta,
                            collectives=traffic.collectives, failures=fail_rows,
                            sm=sm_rows(topo, got.helpers.get("routing") or {}, origin), int_rows=got.int_rows,
@@ -349,8 +350,3 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         raise RunFailed(f"{failures[0]} (results collected so far: {outdir})", outdir)
     return outdir, row
 
-
-def workloads_paths_used(topo, flow_paths, flows) -> dict[int, int]:
-    """Per flow, how many distinct paths its packets took (the datapath's records, merged over machines)."""
-    from ..telemetry import paths_used
-    return paths_used(topo, flow_paths, flows)
