@@ -461,5 +461,5 @@ def test_queue_model_tracks_the_real_backlog_under_pfc(qlab):
     median = statistics.median(abs(x) for x in samples)
     print(f"\n[queue model, PFC] {len(samples)} samples on paused ports, median |error| {median:.3%}, "
           f"mean |error| {statistics.fmean(abs(x) for x in samples):.3%}, signed mean "
-          f"{statistics.fmean(samples):+.3%}; {lb.results.get("pfc").get('resyncs')} resyncs")
+          f"{statistics.fmean(samples):+.3%}; {lb.results.get('pfc').get('resyncs')} resyncs")
     assert median <= 0.10, median
