@@ -3,8 +3,9 @@
 Partition the topology (partition.py), pin one actor per machine (part.py), refuse an underlay that cannot carry
 the cut links (fabric MTU + 50 bytes of VXLAN) and warn when their rate exceeds it, build every part at once,
 run the traffic with each machine's own agents (workloads.run with ``RemoteAgents``: t0, jobs and results as in
-a local run), then merge every machine's link samples, per-flow paths, drop counters and PFC agent results into
-one result directory — the same files as a local run, plus the manifest's ``cluster`` section (nodes,
+a local run), then merge every machine's link samples, per-flow paths, drop counters and helper results into one
+``Collected`` (ClusterBackend, the run lifecycle's back end: runs/backend.py), from which runs/lifecycle.py
+writes the same files, columns and manifest keys as a local run, plus the manifest's ``cluster`` section (nodes,
 partition, cut links). Every part is torn down on every path; an actor or machine that dies fails the run with
 one line naming it, the other machines tear their parts down, and a cleanup task removes what the dead actor
 left on its machine (if the machine still lives: else ``testbed clean`` there does).
