@@ -2,7 +2,7 @@
 distributed sweeps (and a machine dying mid-sweep: its run retried once on the other), and one fabric split over
 both machines (pings across the cut, the default scenario against one machine, spray over cut uplinks, a
 lossless PFC incast across the cut, a part's actor killed mid-run, INT, captures and a collective across the
-cut). The machine-death test is the last: it leaves one machine."""
+cut, and a local and a cluster run of one scenario writing the same files, columns and manifest keys). The machine-death test is the last: it leaves one machine."""
 from __future__ import annotations
 
 import csv
