@@ -1,6 +1,6 @@
 """The Python API for scripted experiments: ``from testbed import load_scenario, Lab, run``.
 
-A thin layer over what the CLI uses: ``run`` wraps ``runner.run`` (the same teardown, manifest and CSVs) and
+A thin layer over what the CLI uses: ``run`` wraps ``lifecycle.run`` (the same teardown, manifest and CSVs) and
 returns a :class:`Result` whose tables are pandas frames read from the run's files; ``Lab`` is the lab of
 ``testbed up`` as a context manager with a generated name and a helper to run commands on its nodes.
 """
@@ -105,15 +105,15 @@ def run(scen: Scenario | str | os.PathLike | Mapping, out: str | os.PathLike | N
     directory (default results/<run-id>); ``log``: a callable for progress lines (default: silent). A run that
     failed part-way still writes its results: with ``check`` it raises RunFailed, else the Result says why in
     ``failed``."""
-    from . import runner
+    from .runs import lifecycle
     source = "" if isinstance(scen, (Scenario, Mapping)) else str(scen)
     if not isinstance(scen, Scenario) or sets:
         scen = load_scenario(scen, *sets)
     _need_root("testbed.run")
-    out = Path(out) if out is not None else runner.RESULTS_DIR / runner.new_run_id(scen)
+    out = Path(out) if out is not None else lifecycle.RESULTS_DIR / lifecycle.new_run_id(scen)
     try:
-        outdir, row = runner.run(scen, out, source=source, log=log or (lambda s: None))
-    except runner.RunFailed:
+        outdir, row = lifecycle.run(scen, out, source=source, log=log or (lambda s: None))
+    except lifecycle.RunFailed:
         if check:
             raise
         return Result(out)

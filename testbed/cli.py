@@ -98,7 +98,7 @@ def run(scenario, out, sets, metrics, cluster):
     """Build the fabric, run the scenario's traffic, sample telemetry, tear down, write CSVs. With --cluster the
     fabric is split over the Ray cluster's machines as the scenario's `placement` says."""
     scen = _load(scenario, sets)
-    from . import runner
+    from .runs import lifecycle
     from .report import write_report
     if scen.placement is not None and scen.placement.partitions > 1 and not cluster:
         raise UserError(f"{scenario}: placement.partitions {scen.placement.partitions} splits the fabric over "
@@ -110,8 +110,8 @@ def run(scenario, out, sets, metrics, cluster):
             from .cluster.run import run as cluster_run
             outdir, row = cluster_run(scen, cluster, out, source=scenario, log=_echo, metrics=metrics)
         else:
-            outdir, row = runner.run(scen, out, source=scenario, log=_echo, metrics=metrics)
-    except runner.RunFailed as e:
+            outdir, row = lifecycle.run(scen, out, source=scenario, log=_echo, metrics=metrics)
+    except lifecycle.RunFailed as e:
         if e.outdir is not None:
             write_report(e.outdir)             # the report of what was collected, then the one-line error
         raise
@@ -281,7 +281,8 @@ def sweep(scenario, varies, seeds, out, resume, include_flagged, cluster, sets):
 
     from rich.console import Console
 
-    from . import report, runner
+    from . import report
+    from .runs import lifecycle
     from . import sweep as sweep_mod
     if resume and not out:
         raise UserError("--resume needs --out: the directory of the sweep to continue")
@@ -296,7 +297,7 @@ def sweep(scenario, varies, seeds, out, resume, include_flagged, cluster, sets):
         pool = ClusterPool(cluster)
     else:
         _need_root("sweep")
-    outdir = Path(out) if out else runner.RESULTS_DIR / f"sweep-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    outdir = Path(out) if out else lifecycle.RESULTS_DIR / f"sweep-{dt.datetime.now():%Y%m%d-%H%M%S}"
     res = sweep_mod.execute(scenario, sets, varies, seeds, outdir, runs=runs, resume=resume,
                             include_flagged=include_flagged, console=Console(stderr=True), pool=pool)
     click.echo(sweep_mod.render(res))

@@ -13,6 +13,7 @@ import os
 import signal
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -171,14 +172,8 @@ class Lab:
         hooked = self.topo.switches + (self.topo.hosts if self.pfc_on and scen.hosts.pfc else [])
         self.fabric = Fabric(self.topo, name, self.ports, tunnels, hooked)  # clsact where eBPF programs will go
         self.datapath = None
-        self.pfc = None                        # the PFC agent (qos/pfc.py) when a tier has PFC on
-        self.pfc_results: dict = {}
-        self.routing = None                    # the routing agent (routing/manager.py): SM routing or failures
-        self.routing_results: dict = {}
-        self.scheduler = None                  # the failure scheduler (routing/failures.py) when there are failures
-        self.scheduler_results: dict = {}
-        self.exporter = None                   # the live metrics exporter (telemetry/live.py) with ``metrics``
-        self.exporter_results: dict = {}
+        self.helpers: dict = {}                # key → the running helper process (HELPERS)
+        self.results: dict[str, dict] = {}     # key → what a stopped helper measured
         if metrics is not None:                # a malformed address is refused before anything is built
             from .telemetry.live import parse_address
             parse_address(metrics)
@@ -250,30 +245,12 @@ class Lab:
             compiled.result()
             self.fabric.attach_ingress(self.datapath.ingress_fd, self.datapath.ingress_name)
             self.fabric.attach_nic_release(self.datapath.nic_release_fd)
-            pfc_on = self.pfc_on
-            if pfc_on and self.scen.hosts.pfc:
+            if self.pfc_on and self.scen.hosts.pfc:
                 self.fabric.attach_host_ingress(self.datapath.host_ingress_fd, "ftb_host_ingress")
             self._state["helpers"] = []
-            if pfc_on or self.scen.switch.credit_on:          # the flow-control agent runs PFC and credits
-                from .qos.pfc import PfcAgent
-                self.pfc = PfcAgent(self.datapath, self.fabric, self.scen)
-                self.pfc.detach = self.keep
-                self.pfc.start()
-                self._helper("pfc-agent", self.pfc.pid)
-            if self.routing_on:
-                from .routing.manager import RoutingAgent
-                self.routing = RoutingAgent(self.datapath, self.fabric, self.scen, self.whole, self.underlay)
-                self.routing.detach = self.keep
-                self.routing.start()          # returns once every port is read (and, with SM, every table set)
-                self._helper("subnet-manager" if self.routing.sm else "link-state-watcher", self.routing.pid)
-            if self.scen.failures:
-                from .routing.failures import FailureScheduler
-                self.scheduler = FailureScheduler(self.datapath, self.fabric, self.scen, self.whole)
-                self.scheduler.detach = self.keep
-                self.scheduler.start()
-                self._helper("failure-scheduler", self.scheduler.pid)
-            if self.metrics is not None:
-                self.serve_metrics(self.metrics)
+            for spec in HELPERS:
+                if spec.needed(self):
+                    self._start(spec)
         except BaseException:
             self.close(force=True)
             raise
@@ -281,17 +258,18 @@ class Lab:
 
     def serve_metrics(self, address: str | tuple[str, int]) -> tuple[str, int]:
         """Start the live metrics exporter (telemetry/live.py) at ``address``; returns where it listens."""
-        from .telemetry.live import MetricsExporter
-        self.exporter = MetricsExporter(self.name, self.datapath, self.topo, address)
-        self.exporter.detach = self.keep
-        self.exporter.start()
-        self._helper("metrics-exporter", self.exporter.pid)
-        return self.exporter.endpoint
+        return self._start(EXPORTER, address).endpoint
 
-    def _helper(self, name: str, pid: int) -> None:
-        """Record a helper process in the state file (pid + start time), so a crashed run's helpers are ended."""
-        self._state["helpers"].append({"name": name, "pid": pid, "start": proc_start(pid)})
+    def _start(self, spec: "HelperSpec", *args):
+        """Fork one helper and record it in the state file (pid + start time), so a crashed run's helpers are
+        ended."""
+        h = spec.make(self, *args)
+        h.detach = self.keep
+        self.helpers[spec.key] = h
+        h.start()
+        self._state["helpers"].append({"name": spec.label(h), "pid": h.pid, "start": proc_start(h.pid)})
         self._write_state()
+        return h
 
     @property
     def routing_on(self) -> bool:
@@ -301,8 +279,8 @@ class Lab:
 
     def failures_go(self, t0: float) -> None:
         """The traffic's t0 is chosen: start the failure scheduler's clock."""
-        if self.scheduler is not None:
-            self.scheduler.go(t0)
+        if "scheduler" in self.helpers:
+            self.helpers["scheduler"].go(t0)
 
     @property
     def pfc_on(self) -> bool:
@@ -318,9 +296,9 @@ class Lab:
     def check(self) -> None:
         """Raise HelperFailed if a helper process of the lab (PFC agent, routing agent, failure scheduler, metrics
         exporter) has died."""
-        for h in (self.pfc, self.routing, self.scheduler, self.exporter):
-            if h is not None:
-                h.check()
+        for spec in HELPERS:
+            if spec.key in self.helpers:
+                self.helpers[spec.key].check()
 
     def __exit__(self, *exc) -> None:
         self.close(force=exc[0] is not None)
@@ -331,13 +309,12 @@ class Lab:
         if self.keep and not force:
             return
         try:
-            for attr in ("exporter", "scheduler", "routing", "pfc"):   # the failures first, the reaction last
-                h = getattr(self, attr)
+            for spec in reversed(HELPERS):       # the failures first, the reaction (PFC) last
+                h = self.helpers.pop(spec.key, None)
                 if h is None:
                     continue
-                setattr(self, attr, None)
                 try:
-                    setattr(self, f"{attr}_results", h.stop())
+                    self.results[spec.key] = h.stop()
                 except HelperFailed as e:
                     self.failures.append(str(e))
         finally:
@@ -352,4 +329,49 @@ class Lab:
                 state_path(self.name).unlink(missing_ok=True)
 
 
-__all__ = ["Lab", "LabError", "FabricError", "all_labs", "clean_all", "reap_stale", "remove", "read_state"]
+@dataclass(frozen=True)
+class HelperSpec:
+    """One helper process a lab may fork. The lab starts the ones its scenario needs in the order of HELPERS,
+    checks them in that order and stops them in the reverse one (the failure scheduler before the routing agent
+    that reacts to it, the PFC agent last); ``key`` names it in ``Lab.helpers`` and ``Lab.results``."""
+    key: str
+    needed: Callable[["Lab"], bool]
+    make: Callable[..., object]               # (lab, *args) → a ForkedHelper, not started yet
+    label: Callable[[object], str]            # its name in the state file
+
+
+def _pfc_agent(lab: Lab):
+    from .qos.pfc import PfcAgent
+    return PfcAgent(lab.datapath, lab.fabric, lab.scen)
+
+
+def _routing_agent(lab: Lab):
+    from .routing.manager import RoutingAgent    # start() returns once every port is read (SM: every table set)
+    return RoutingAgent(lab.datapath, lab.fabric, lab.scen, lab.whole, lab.underlay)
+
+
+def _failure_scheduler(lab: Lab):
+    from .routing.failures import FailureScheduler
+    return FailureScheduler(lab.datapath, lab.fabric, lab.scen, lab.whole)
+
+
+def _metrics_exporter(lab: Lab, address=None):
+    from .telemetry.live import MetricsExporter
+    return MetricsExporter(lab.name, lab.datapath, lab.topo, address if address is not None else lab.metrics)
+
+
+EXPORTER = HelperSpec("exporter", lambda lab: lab.metrics is not None, _metrics_exporter,
+                      lambda h: "metrics-exporter")
+HELPERS = (
+    HelperSpec("pfc", lambda lab: lab.pfc_on or lab.scen.switch.credit_on,   # it runs PFC and credits
+               _pfc_agent, lambda h: "pfc-agent"),
+    HelperSpec("routing", lambda lab: lab.routing_on, _routing_agent,
+               lambda h: "subnet-manager" if h.sm else "link-state-watcher"),
+    HelperSpec("scheduler", lambda lab: bool(lab.scen.failures), _failure_scheduler,
+               lambda h: "failure-scheduler"),
+    EXPORTER,
+)
+
+
+__all__ = ["HELPERS", "HelperSpec", "Lab", "LabError", "FabricError", "all_labs", "clean_all", "reap_stale", "remove",
+           "read_state"]

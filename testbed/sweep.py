@@ -1,6 +1,6 @@
 """Sweeps: one scenario × every combination of ``--vary`` values × seeds, run one at a time, resumable.
 
-Each run is a whole ``runner.run`` (its own lab, torn down before the next) in its own directory under the sweep
+Each run is a whole ``lifecycle.run`` (its own lab, torn down before the next) in its own directory under the sweep
 directory. ``sweep.json`` records the plan, so ``--resume`` can check it continues the same sweep and skip the
 runs whose manifest says they completed. Ctrl-C (or SIGTERM) stops after tearing the current run down; the
 tables are written for the runs that finished. The statistics are in report/stats.py.
@@ -231,14 +231,14 @@ def execute(path: str, sets: Sequence[str], varies: Sequence[str], seeds: int | 
             console=None, run_fn: Callable | None = None, pool=None) -> Outcome:
     """Run the sweep (plan → skip complete runs when resuming → run the rest) and write sweep.json, sweep.csv,
     sweep.png and comparison.csv. ``runs``: the plan, if already made; ``console``: a rich Console for the progress
-    bar and the runs' log lines; ``run_fn``: runner.run's signature (the default); ``pool``: runs them elsewhere
-    instead, several at once (cluster/distributed_sweep.py ClusterPool: ``run_all(todo, outdir, source, log, record,
+    bar and the runs' log lines; ``run_fn``: lifecycle.run's signature (the default); ``pool``: runs them elsewhere
+    instead, several at once (cluster/sweep.py ClusterPool: ``run_all(todo, outdir, source, log, record,
     check)``)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from . import runner
-    run_fn = run_fn or runner.run
+    from .runs import lifecycle
+    run_fn = run_fn or lifecycle.run
     console = console or Console(stderr=True)
     runs = runs if runs is not None else plan(path, sets, varies, seeds)
     keys = [k for k, _ in parse_varies(varies)]

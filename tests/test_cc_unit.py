@@ -428,7 +428,7 @@ def test_model_eight_flows_share(cc):
 
 
 def test_an_hpcc_run_whose_stacks_never_arrived_is_degraded_in_the_manifest():
-    from testbed.runner import _int_degradations
+    from testbed.runs.lifecycle import int_degradations as _int_degradations
     stats = {"delivered": 0, "export_lost": 0, "failed": 0}
     assert "no HPCC data packet reached its receiver with an INT stack" in _int_degradations(stats, _scen(cc="hpcc"))[0]
     assert _int_degradations(dict(stats, delivered=5), _scen(cc="hpcc")) == []

@@ -2,7 +2,7 @@
 distributed sweeps (and a machine dying mid-sweep: its run retried once on the other), and one fabric split over
 both machines (pings across the cut, the default scenario against one machine, spray over cut uplinks, a
 lossless PFC incast across the cut, a part's actor killed mid-run, INT, captures and a collective across the
-cut). The machine-death test is the last: it leaves one machine."""
+cut, and a local and a cluster run of one scenario writing the same files, columns and manifest keys). The machine-death test is the last: it leaves one machine."""
 from __future__ import annotations
 
 import csv
@@ -304,6 +304,44 @@ def test_int_records_hops_of_both_machines_into_one_int_csv(cluster, tmp_path):
     assert full >= 0.95 * 64 * 1024                              # leaf1's port to h3 stands full, as on one machine
     assert m["int"]["exported"] == len(reports) and m["int"]["export_lost"] == 0 and m["int"]["failed"] == 0
     assert m["int"]["sourced"] >= m["int"]["exported"] > 0
+
+
+def _key_paths(a, b, at: str = "") -> list[str]:
+    """Where two manifests' key sets differ: every key path present in one and not the other, looking into
+    mappings both sides have (and the first element of lists of mappings); values may differ."""
+    if isinstance(a, list) and isinstance(b, list) and a and b:
+        return _key_paths(a[0], b[0], f"{at}[0]")
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return []
+    out = [f"{at}.{k} only {'locally' if k in a else 'over the cluster'}" for k in sorted(set(a) ^ set(b))]
+    for k in sorted(set(a) & set(b)):
+        out += _key_paths(a[k], b[k], f"{at}.{k}")
+    return out
+
+
+def test_a_local_and_a_cluster_run_write_the_same_files_columns_and_manifest_keys(cluster, tmp_path):
+    """One run lifecycle over two back ends: the same dilated INT scenario on this machine and over both
+    machines writes the same result files, the same columns in each CSV (a dilated run's real-unit twins
+    included) and manifest.json with the same keys at every level; only the cluster section is the cluster's."""
+    sets = ["--set", "time_dilation=10", "--set", "duration=0.15s", "--set", "telemetry.interval=10ms"]
+    res, one = _run(tmp_path, "one", "scenarios/int-incast.yaml", *sets, "--set", "placement.partitions=1")
+    assert res.returncode == 0, res.stderr
+    res, two = _run(tmp_path, "two", "scenarios/int-incast.yaml", *sets, "--cluster", "auto",
+                    "--set", "placement.partitions=2")
+    assert res.returncode == 0, res.stderr
+    files = {p.relative_to(one).as_posix() for p in one.rglob("*") if p.is_file()}
+    assert files == {p.relative_to(two).as_posix() for p in two.rglob("*") if p.is_file()}
+    assert {"links.csv", "flows.csv", "summary.csv", "int.csv", "manifest.json"} <= files
+    for name in sorted(f for f in files if f.endswith(".csv")):
+        assert _header(one / name) == _header(two / name), name
+    assert "fct_real_s" in _header(two / "flows.csv") and "rate_real_bps" in _header(two / "links.csv")
+    a, b = (json.loads((d / "manifest.json").read_text()) for d in (one, two))
+    assert b.pop("cluster")["nodes"] and "cluster" not in a
+    # build phases are what was built (the cut links' VXLAN devices add "tunnels"): keys that are data
+    assert set(a.pop("build_timings_s")) | {"tunnels"} == set(b.pop("build_timings_s"))
+    assert _key_paths(a, b) == []
+    assert a["time_dilation"]["factor"] == b["time_dilation"]["factor"] == 10
+    assert b["int"]["exported"] > 0 and b["int"]["host_stacks"] is False
 
 
 def _udp_payload(pcap: Path, src: str, dport: int) -> int:

@@ -222,3 +222,14 @@ def test_under_sm_routing_the_runs_routing_is_the_subnet_managers():
     assert r["agents"] == [[sweep]] and [c["machine"] for c in r["changes"]] == ["m0"]
     assert r["local"] == [{"t": 5.0, "ifindex": 9, "up": False, "machine": "m1"}]
     assert r["errors"] == ["m1: x"] and r["error_count"] == 1 and r["floods_taken"] == 7
+
+
+def test_an_actors_death_cause_is_read_from_the_gcs_protobuf():
+    """The GCS reports an actor's DeathCause as a protobuf message (not a mapping): the driver reads its error
+    message from it (reading it as a dict raised AttributeError: get when the driver noticed a death first)."""
+    gcs_pb2 = pytest.importorskip("ray.core.generated.gcs_pb2")
+    from testbed.cluster.run import _death_message
+    d = gcs_pb2.ActorTableData()
+    assert _death_message(d.death_cause) == "" and _death_message(None) == ""
+    d.death_cause.actor_died_error_context.error_message = "The actor died unexpectedly before finishing this task."
+    assert _death_message(d.death_cause).startswith("The actor died unexpectedly")

@@ -77,7 +77,7 @@ def test_credit_incast_is_lossless_over_a_million_packets_and_keeps_the_receiver
     start, end = min(r.start_s for r in res), max(r.end_s for r in res)
     util = sum(r.bytes for r in res) * (200 + 14) / (200 - 20) * 8 / (end - start) / 50e6
     lb.close(force=True)
-    cr = (lb.pfc_results or {}).get("credits") or {}
+    cr = (lb.results.get("pfc") or {}).get("credits") or {}
     print(f"\n[credit incast] {o['queued']:,} lossless packets queued, {o['received']:,} delivered, util {util:.3f}; "
           f"drops {o['drops']}, overflows {o['overflows']}, qdisc {o['qdisc_drops']}, lost {o['lost']}; "
           f"stalls {o['stalls']} ({o['stall_s']:.1f} s), granted {o['granted']:,} B; "
@@ -86,7 +86,7 @@ def test_credit_incast_is_lossless_over_a_million_packets_and_keeps_the_receiver
     assert o["drops"] == 0 and o["overflows"] == 0 and not o["qdisc_drops"] and o["lost"] == 0, o
     assert o["stalls"] > 0 and o["granted"] > 0                   # credits did hold senders back
     assert util >= 0.75 * had, (util, had)                        # 0.80–0.81 measured
-    assert not (lb.pfc_results or {}).get("errors"), lb.pfc_results.get("errors")
+    assert not (lb.results.get("pfc") or {}).get("errors"), lb.results.get("pfc").get("errors")
 
 
 def incast(lab, fc, buffer, headroom=None):

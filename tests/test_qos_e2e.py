@@ -143,9 +143,9 @@ def incast(qlab, enabled, duration=3.0, machine=None):
     end = max(r.end_s for r in res if r.end_s is not None)   # PFC off: a flow may deliver nothing (tail-drop lockout)
     t["util"] = sum(r.bytes for r in res) * PAYLOAD_TO_WIRE * 8 / (end - start) / 40e6
     lb.close(force=True)
-    t["agent"] = summarize_reactions(lb.pfc_results) if lb.pfc_results else None
-    t["agent_errors"] = (lb.pfc_results or {}).get("errors")
-    t["drift_resyncs"] = (lb.pfc_results or {}).get("drift_resyncs")
+    t["agent"] = summarize_reactions(lb.results.get("pfc")) if lb.results.get("pfc") else None
+    t["agent_errors"] = (lb.results.get("pfc") or {}).get("errors")
+    t["drift_resyncs"] = (lb.results.get("pfc") or {}).get("drift_resyncs")
     return t
 
 
@@ -189,7 +189,7 @@ def test_incast_pfc_stays_lossless_when_the_receiver_port_falls_behind(qlab):
     at = qdisc_drops_at(lb)
     lost = sum(r.lost for r in res)
     lb.close(force=True)
-    drift = (lb.pfc_results or {}).get("drift_resyncs")
+    drift = (lb.results.get("pfc") or {}).get("drift_resyncs")
     print(f"\n[pfc incast, receiver port stalled 100 ms] qdisc drops {at}, lost {lost}, drift resyncs {drift}")
     assert t["drops"] == 0 and not at and lost == 0, (t, at, lost)
     assert drift and drift > 0
@@ -456,10 +456,10 @@ def test_queue_model_tracks_the_real_backlog_under_pfc(qlab):
     pf = lb.datapath.pfc_counters()
     lb.close(force=True)
     assert sum(pf[(p.ifindex, 3)][1] for p in watched) > 0.1e9          # those ports were paused
-    assert lb.pfc_results.get("resyncs", 0) > 0
+    assert lb.results.get("pfc").get("resyncs", 0) > 0
     assert len(samples) >= 30, len(samples)
     median = statistics.median(abs(x) for x in samples)
     print(f"\n[queue model, PFC] {len(samples)} samples on paused ports, median |error| {median:.3%}, "
           f"mean |error| {statistics.fmean(abs(x) for x in samples):.3%}, signed mean "
-          f"{statistics.fmean(samples):+.3%}; {lb.pfc_results.get('resyncs')} resyncs")
+          f"{statistics.fmean(samples):+.3%}; {lb.results.get('pfc').get('resyncs')} resyncs")
     assert median <= 0.10, median

@@ -1,6 +1,6 @@
 """Re-route after a link failure (``testbed bench reroute``): the subnet manager against distributed routing.
 
-For each fat-tree size, two real runs of the same scenario (``runner.run``: fabric, eBPF datapath, paced UDP
+For each fat-tree size, two real runs of the same scenario (``lifecycle.run``: fabric, eBPF datapath, paced UDP
 flows, the failure scheduler): ``routing: distributed`` — the switches' own fast failover, the same-run
 baseline — and ``routing: sm`` with the ftree engine. Edge switch leaf0's link to aggregation switch spine0 goes
 down 1 s after the traffic starts; flows from every host of leaf0 to hosts in the last pod cross it. Printed
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import runner, scenario
+from .. import scenario
+from ..runs import lifecycle
 
 FAIL_AT_S = 1.0
 
@@ -53,7 +54,7 @@ class RerouteResult:
 
 
 def measure(k: int, routing: str, out: Path) -> RerouteResult:
-    d, _ = runner.run(reroute_scenario(k, routing), out)
+    d, _ = lifecycle.run(reroute_scenario(k, routing), out)
     f = pd.read_csv(d / "failures.csv").iloc[0]
     r = RerouteResult(routing, float(f["detected_s"]) * 1e3, float(f["rerouted_s"]) * 1e3, int(f["lost_packets"]))
     sm = d / "sm.csv"

@@ -2,7 +2,7 @@
 machine of the Ray cluster, one run per machine at a time (the ``ftb_machine`` resource), and its result
 directory comes back, as a tar in Ray's object store, under the sweep's ``--out``.
 
-A run is a whole ``runner.run`` on its machine (lab built and torn down there). A run whose *machine* failed —
+A run is a whole ``lifecycle.run`` on its machine (lab built and torn down there). A run whose *machine* failed —
 the node died, the worker crashed — is run again once on another machine, and the sweep says so (the log line,
 the ``retried`` column); a run that failed by itself is recorded as failed, as in a local sweep.
 """
@@ -21,18 +21,18 @@ CANCEL_WAIT_S = 60.0           # Ctrl-C: how long the runs under way get to tear
 
 
 def _execute(scen, name: str, source: str) -> dict:
-    """Runs on the machine: one ``runner.run`` into a scratch directory, returned as a tar with the run's log
+    """Runs on the machine: one ``lifecycle.run`` into a scratch directory, returned as a tar with the run's log
     lines and its one-line error (None when it completed)."""
     import shutil
     import tempfile
 
-    from .. import runner
+    from ..runs import lifecycle
     lines: list[str] = []
     tmp = Path(tempfile.mkdtemp(prefix="ftb-sweep-"))
     error = None
     try:
         try:
-            runner.run(scen, tmp / name, source=source, log=lines.append)
+            lifecycle.run(scen, tmp / name, source=source, log=lines.append)
         except Exception as e:                    # noqa: BLE001 — the run's failure, reported to the driver
             error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         buf = io.BytesIO()

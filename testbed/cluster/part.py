@@ -79,12 +79,12 @@ class Part:
         return {"timings": dict(lab.fabric.timings), "warnings": list(lab.warnings),
                 "compile_s": lab.datapath.compile_seconds,
                 "docker": lab.containers.manifest() if lab.containers is not None else None,
-                "routing": lab.routing.endpoints if lab.routing is not None else None}
+                "routing": lab.helpers["routing"].endpoints if "routing" in lab.helpers else None}
 
     def routing_peers(self, peers: list[dict], master: bool) -> None:
         """The other machines' routing agents: this one floods its link state to them from now on. Under SM
         routing the ``master`` machine's agent is the subnet manager: it returns once every switch is programmed."""
-        self.lab.routing.set_peers(peers, master)
+        self.lab.helpers["routing"].set_peers(peers, master)
 
     def metrics_start(self) -> tuple[str, int]:
         """This machine's live metrics exporter, on its underlay address (a free port): the driver's
@@ -200,8 +200,9 @@ class Part:
                "resyncs": lab.datapath.resyncs, "timings": dict(lab.fabric.timings), "int": intr,
                "pcaps": pcaps}
         self.close()
-        out.update(failures=list(lab.failures), pfc=lab.pfc_results or {}, routing=lab.routing_results or {},
-                   scheduler=lab.scheduler_results or {}, teardown_s=lab.fabric.timings.get("teardown"))
+        out.update(failures=list(lab.failures), pfc=lab.results.get("pfc", {}),
+                   routing=lab.results.get("routing", {}), scheduler=lab.results.get("scheduler", {}),
+                   teardown_s=lab.fabric.timings.get("teardown"))
         return out
 
     def close(self) -> None:

@@ -3,8 +3,9 @@
 Partition the topology (partition.py), pin one actor per machine (part.py), refuse an underlay that cannot carry
 the cut links (fabric MTU + 50 bytes of VXLAN) and warn when their rate exceeds it, build every part at once,
 run the traffic with each machine's own agents (workloads.run with ``RemoteAgents``: t0, jobs and results as in
-a local run), then merge every machine's link samples, per-flow paths, drop counters and PFC agent results into
-one result directory — the same files as a local run, plus the manifest's ``cluster`` section (nodes,
+a local run), then merge every machine's link samples, per-flow paths, drop counters and helper results into one
+``Collected`` (ClusterBackend, the run lifecycle's back end: runs/backend.py), from which runs/lifecycle.py
+writes the same files, columns and manifest keys as a local run, plus the manifest's ``cluster`` section (nodes,
 partition, cut links). Every part is torn down on every path; an actor or machine that dies fails the run with
 one line naming it, the other machines tear their parts down, and a cleanup task removes what the dead actor
 left on its machine (if the machine still lives: else ``testbed clean`` there does).
@@ -15,10 +16,10 @@ import os
 import secrets
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Callable
 
 from ..errors import HelperFailed
+from ..runs.backend import Backend, Collected
 from . import ClusterError, Machine, connect, machines, pin
 from .partition import VNI_BASE, PlacementError, check_underlay, partition
 
@@ -45,6 +46,13 @@ def unsupported(scen) -> str | None:
 def _line(e: BaseException) -> str:
     text = str(getattr(e, "cause", None) or e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+def _death_message(cause) -> str:
+    """Why the GCS says an actor died: its DeathCause is a protobuf message (ActorDeathCause), whose ``.get``
+    does not exist — reading it as a mapping raised AttributeError when the driver noticed the death first."""
+    ctx = getattr(cause, "actor_died_error_context", None)
+    return getattr(ctx, "error_message", "") or ""
 
 
 class Parts:
@@ -87,7 +95,7 @@ class Parts:
                 continue
             info = state.actors(actor_id=a._actor_id.hex())
             if info and info.get("State") == "DEAD":
-                cause = (info.get("DeathCause") or {}).get("actorDiedErrorContext", {}).get("errorMessage", "")
+                cause = _death_message(info.get("DeathCause"))
                 why = f"its actor died{f' ({cause.strip().splitlines()[0][:120]})' if cause.strip() else ''}"
                 self.dead[i] = why
                 raise PartFailed(f"{self.name(i)}: {why}")
@@ -473,150 +481,131 @@ def down(name: str, address: str, log: Callable[[str], None] = lambda s: None) -
     return n
 
 
+class ClusterBackend(Backend):
+    """The run lifecycle's back end over the cluster's machines (runs/backend.py): a ClusterLab whose parts
+    sample, capture and run their own hosts' agents (part.py); ``collect`` merges what every machine measured
+    into one run's, and the driver serves every machine's live metrics as one lab's (``metrics``)."""
+
+    def __init__(self, scen, address: str, log: Callable[[str], None] = lambda s: None, metrics: str | None = None):
+        self.scen, self.log = scen, log
+        self.cl = ClusterLab(scen, address, log)
+        self.name, self.topo = self.cl.name, self.cl.topo
+        self.federation = None
+        if metrics is not None:                # listens now: an address in use is refused before anything is built
+            from ..telemetry.live import FabricFederation
+            self.federation = FabricFederation(self.cl.name, metrics)
+        self.metrics_at = metrics
+        self.served: dict | None = None
+        self.outdir: Path | None = None
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.cl.warnings
+
+    def up(self, log: Callable[[str], None]) -> None:
+        try:
+            self.cl.__enter__()
+            if self.federation is not None:
+                self.federation.serve(self.cl.metrics_start())
+                log(f"metrics: http://{self.metrics_at}/metrics (every machine's, fetched at each scrape)")
+        except BaseException:
+            self.down(None)
+            raise
+
+    def ns_of(self, node: str) -> str:
+        return self.cl.ns_of(node)
+
+    def start(self, origin: float, outdir: Path, log: Callable[[str], None]) -> None:
+        self.cl.parts.all("start", origin)
+
+    def traffic_kw(self) -> dict:
+        parts, of = self.cl.parts, self.cl.part.of
+        return {"agent_set": lambda hosts, _ns, _containers: RemoteAgents(parts, of, hosts)}
+
+    def failures_go(self, t0: float) -> None:
+        self.cl.parts.all("failures_go", t0)
+
+    def stop(self) -> None:
+        if self.federation is not None:          # before the parts end: a scrape then would find them gone
+            self.served = self.federation.close()
+
+    def collect(self, flows) -> Collected:
+        """Every part's last sample, paths, counters and helper results (``finish`` also tears it down), merged."""
+        from ..telemetry.links import model_error
+        parts, used, got = self.cl.parts, self.cl.used, Collected()
+        finals: dict[int, dict] = {}
+        for i, a in enumerate(parts.actors):
+            if i in parts.dead:
+                continue
+            try:
+                finals[i] = parts.get(i, a.finish.remote())
+            except PartFailed as e:
+                got.errors.append(str(e))
+        for i, f in finals.items():
+            got.errors += [f"{used[i].name}: {x}" for x in f["failures"]]
+            if f["error"]:
+                got.errors.append(f"{used[i].name}: {f['error']}")
+        got.rows = [r for f in finals.values() for r in f["rows"]]
+        got.flow_paths = [p for f in finals.values() for p in f["flow_paths"]]
+        for f in finals.values():
+            for k, v in f["drops"].items():
+                got.drops[k] = got.drops.get(k, 0) + v
+        got.cpu = {"cpu_accounting": "core-total",
+                   "cpu_samples": sorted((s for f in finals.values() for s in f["cpu"]["cpu_samples"]),
+                                         key=lambda s: s[0]),
+                   "cpu_steal": sorted((s for f in finals.values() for s in f["cpu"]["cpu_steal"]),
+                                       key=lambda s: s[0])}
+        got.degradations = [f"{used[i].name}: {d}" for i, f in finals.items() for d in f["degradations"]]
+        got.degradations += [f"{used[i].name}: telemetry: {f['late_samples']} sample(s) taken late"
+                             for i, f in finals.items() if f["late_samples"]]
+        ints = {i: f["int"] for i, f in finals.items() if f.get("int") is not None}
+        if ints:
+            got.int_rows, got.int_stats = _merge_int(ints, self.topo, self.cl.part.of, flows)
+            got.errors += [f"{used[i].name}: {x['error']}" for i, x in ints.items() if x["error"]]
+        routing, scheduler = _merge_routing(finals, used)
+        got.helpers = {"pfc": _merge_pfc([f["pfc"] for f in finals.values()]), "routing": routing,
+                       "scheduler": scheduler}
+        got.model_error = model_error([s for f in finals.values() for s in f["model_samples"]])
+        got.health = {"samples": sum(f["health"]["samples"] for f in finals.values()),
+                      "late_samples": sum(f["health"]["late_samples"] for f in finals.values()),
+                      "failed_qdisc_dumps": sum(f["health"]["failed_qdisc_dumps"] for f in finals.values()),
+                      "error": next((f["health"]["error"] for f in finals.values() if f["health"]["error"]), None)}
+        got.resyncs = sum(f["resyncs"] for f in finals.values())
+        # the parts were built at once: a phase took as long as its slowest machine (each one's: ``cluster``)
+        for f in finals.values():
+            for k, v in f["timings"].items():
+                got.timings[k] = max(got.timings.get(k, 0.0), v)
+        got.pcaps = _write_pcaps(self.outdir, finals.values())
+        got.docker = self.cl.docker
+        sections = self.cl.manifest_section()
+        for i, node in enumerate(sections["nodes"]):
+            node["build_timings_s"] = finals[i]["timings"] if i in finals else None
+        got.sections = {"cluster": sections}
+        return got
+
+    def capture(self, outdir: Path) -> None:
+        self.outdir = outdir                     # each part captures on its machine; collect brings the files here
+
+    def down(self, got: Collected | None) -> list[str]:
+        try:
+            problems = self.cl.close()
+        finally:
+            if self.federation is not None:      # also when the parts were never built
+                self.served = self.federation.close()
+        if got is not None:
+            got.metrics = self.served
+            if self.federation is not None:
+                got.degradations += self.federation.degradations()
+        return problems
+
+
 def run(scen, address: str, out: str | Path | None = None, source: str = "",
         log: Callable[[str], None] = lambda s: None, metrics: str | None = None) -> tuple[Path, dict]:
-    """Run ``scen`` with its fabric split over the cluster's machines (``placement``; none: one machine); return
-    (result directory, summary row) like runner.run, and raise runner.RunFailed the same way. ``metrics``:
+    """Run ``scen`` with its fabric split over the cluster's machines (``placement``; none: one machine): the one
+    run lifecycle (runs/lifecycle.py) over ClusterBackend; returns and raises as on one machine. ``metrics``:
     HOST:PORT where the driver serves every machine's live metrics as one lab's (telemetry/live.py)."""
-    from .. import doctor, report, runner, workloads
-    from ..telemetry import paths_used
-    from ..telemetry.links import model_error
-    from ..workloads import WorkloadError
-
-    run_id = runner.new_run_id(scen)
-    outdir = Path(out) if out else runner.RESULTS_DIR / run_id
-    if outdir.exists() and any(outdir.iterdir()):
-        raise FileExistsError(f"{outdir}: already holds results; choose another --out")
-    caps = doctor.as_dict(doctor.probe(with_bcc=False))
-    cl = ClusterLab(scen, address, log)
-    topo, part, used = cl.topo, cl.part, cl.used
-    federation = None
-    if metrics is not None:                    # listens now: an address in use is refused before anything is built
-        from ..telemetry.live import FabricFederation
-        federation = FabricFederation(cl.name, metrics)
-    started = time.time()
-    failures: list[str] = []
-    traffic = runner.Traffic()
-    finals: dict = {}
-    origin = started
-    try:
-        with cl:
-            parts = cl.parts
-            try:
-                if federation is not None:
-                    federation.serve(cl.metrics_start())
-                    log(f"metrics: http://{metrics}/metrics (every machine's, fetched at each scrape)")
-                origin = time.time()
-                parts.all("start", origin)
-                duration_s = scen.duration / 1e9
-                sndbuf = min(workloads.DEFAULT_SNDBUF, scen.topology.host_link.buffer * 3 // 4)
-                remote = dict(agent_set=lambda hosts, _ns, _containers: RemoteAgents(parts, part.of, hosts))
-                if scen.failures:            # every machine's scheduler on the traffic's t0; receivers' timelines
-                    remote.update(on_t0=lambda t0: parts.all("failures_go", t0),
-                                  timeline_bin_s=runner.TIMELINE_BIN_S)
-                try:
-                    if scen.traffic.scheduled:
-                        traffic = runner.scheduled_traffic(scen, topo, cl.ns_of, origin, outdir, log,
-                                                           sndbuf_bytes=sndbuf, **remote)
-                    else:
-                        traffic.flows = workloads.plan(scen.traffic, topo, scen.seed, duration_s)
-                        runner.set_host_classes(scen, traffic.flows)
-                        log(f"traffic: {len(traffic.flows)} {scen.traffic.engine} flows, pattern "
-                            f"{scen.traffic.pattern}, up to {duration_s:g} s")
-                        traffic.results = workloads.run(traffic.flows, cl.ns_of, duration_s, scen.packet_size,
-                                                        sndbuf_bytes=sndbuf, info=traffic.info, origin=origin,
-                                                        **remote)
-                except (HelperFailed, WorkloadError) as e:
-                    failures.append(str(e))
-                if federation is not None:         # before the parts end: a scrape then would find them gone
-                    federation.close()
-                for i, a in enumerate(parts.actors):
-                    if i in parts.dead:
-                        continue
-                    try:
-                        finals[i] = parts.get(i, a.finish.remote())
-                    except PartFailed as e:
-                        failures.append(str(e))
-            finally:
-                if federation is not None:
-                    federation.close()
-                problems = cl.close()
-    finally:
-        if federation is not None:                # also when the parts were never built
-            federation.close()
-    for p in problems:
-        if p not in failures:
-            failures.append(p)
-    for i, f in finals.items():
-        failures += [f"{used[i].name}: {x}" for x in f["failures"]]
-        if f["error"]:
-            failures.append(f"{used[i].name}: {f['error']}")
-    ended = time.time()
-    flows, info = traffic.flows, traffic.info
-    if not traffic.results:               # the traffic failed before results: one empty result per flow
-        from ..workloads.results import flow_result
-        traffic.results = [flow_result(f, origin, {}, {}) for f in flows]
-    rows = [r for f in finals.values() for r in f["rows"]]
-    flow_paths = [p for f in finals.values() for p in f["flow_paths"]]
-    used_paths = paths_used(topo, flow_paths, flows)
-    drops: dict = {}
-    for f in finals.values():
-        for k, v in f["drops"].items():
-            drops[k] = drops.get(k, 0) + v
-    cpu_samples = sorted((s for f in finals.values() for s in f["cpu"]["cpu_samples"]), key=lambda s: s[0])
-    steal = sorted((s for f in finals.values() for s in f["cpu"]["cpu_steal"]), key=lambda s: s[0])
-    cpu = {"cpu_accounting": "core-total", "cpu_samples": cpu_samples, "cpu_steal": steal}
-    degradations = [f"{used[i].name}: {d}" for i, f in finals.items() for d in f["degradations"]]
-    degradations += [f"{used[i].name}: telemetry: {f['late_samples']} sample(s) taken late"
-                     for i, f in finals.items() if f["late_samples"]]
-    int_rows = int_stats = None
-    ints = {i: f["int"] for i, f in finals.items() if f.get("int") is not None}
-    if ints:
-        int_rows, int_stats = _merge_int(ints, topo, part.of, traffic.flows)
-        failures += [f"{used[i].name}: {x['error']}" for i, x in ints.items() if x["error"]]
-        degradations += runner._int_degradations(int_stats, scen)
-    pfc = _merge_pfc([f["pfc"] for f in finals.values()])
-    degradations += pfc.get("degradations", [])
-    routing, scheduler = _merge_routing(finals, used)
-    degradations += runner.routing_degradations(scen, routing, scheduler)
-    if federation is not None:
-        degradations += federation.degradations()
-    degradations += info.get("agent_problems", [])
-    for d in degradations:
-        log(f"degraded: {d}")
-    samples = [s for f in finals.values() for s in f["model_samples"]]
-    health = {"samples": sum(f["health"]["samples"] for f in finals.values()),
-              "late_samples": sum(f["health"]["late_samples"] for f in finals.values()),
-              "failed_qdisc_dumps": sum(f["health"]["failed_qdisc_dumps"] for f in finals.values()),
-              "error": next((f["health"]["error"] for f in finals.values() if f["health"]["error"]), None)}
-    lab = SimpleNamespace(pfc_results=pfc, warnings=cl.warnings, name=cl.name, routing_results=routing,
-                          scheduler_results=scheduler)
-    sampler = SimpleNamespace(model_error=lambda: model_error(samples), health=lambda: health)
-    timings = {used[i].name: f["timings"] for i, f in finals.items()}
-    pcaps = _write_pcaps(outdir, finals.values())
-    manifest = runner._manifest(scen, run_id, source, caps, started, ended, lab, sampler, traffic, failures,
-                                degradations, drops=drops, resyncs=sum(f["resyncs"] for f in finals.values()),
-                                timings=timings, pcaps=pcaps, origin=origin)
-    manifest["int"] = dict(int_stats, fabric_mtu=scen.fabric_mtu) if int_stats is not None else None
-    manifest["cluster"] = cl.manifest_section()
-    manifest["docker"] = cl.docker
-    manifest["metrics"] = federation.close() if federation is not None else None
-    meta = {"run_id": run_id, "scenario": scen.name, "load_balancing": scen.switch.load_balancing,
-            "seed": scen.seed, "duration_s": scen.duration / 1e9,
-            "offered_mbps": workloads.offered_mbps(flows, scen.topology.host_link.rate, scen.duration / 1e9),
-            "queue_model_error": manifest["qos"]["queue_model_error"]["mean"],
-            "failed": failures[0] if failures else None, "profile": scen.profile}
-    fail_rows = None
-    if scen.failures:
-        from ..routing.failures import rows as failure_rows
-        fail_rows = failure_rows(scen, topo, scheduler.get("applied", []), routing, info.get("timelines") or {},
-                                 origin)
-    row = report.write_run(outdir, manifest, rows, runner._flow_rows(topo, traffic, used_paths, scen.packet_size),
-                           cpu, meta, collectives=traffic.collectives, int_rows=int_rows, cc=runner._cc_rows(traffic),
-                           failures=fail_rows, sm=runner._sm_rows(topo, lab, origin))
-    if failures:
-        raise runner.RunFailed(f"{failures[0]} (results collected so far: {outdir})", outdir)
-    return outdir, row
+    from ..runs import lifecycle
+    return lifecycle.run(scen, out, source, log, backend=lambda: ClusterBackend(scen, address, log, metrics))
 
 
-__all__ = ["ClusterError", "ClusterLab", "PartFailed", "down", "run", "unsupported"]
+__all__ = ["ClusterBackend", "ClusterError", "ClusterLab", "PartFailed", "down", "run", "unsupported"]
