@@ -47,7 +47,7 @@ def parse_address(text: str) -> tuple[str, int]:
         ipaddress.IPv4Address(host)
         number = int(port)
     except ValueError:
-        raise ValueError(f"--metrics {text!r}: expected PORT (on 127.0.0.1) or HOST:PORT with an IPv4 host, e.g. "
+        raise ValueError(f"--metrics {text!r}: expected HOST:PORT with an IPv4 host, or a PORT on 127.0.0.1, e.g. "
                          f"127.0.0.1:9464") from None
     if not sep or not 0 < number < 65536:
         raise ValueError(f"--metrics {text!r}: the port must be 1–65535")
