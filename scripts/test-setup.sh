@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Idempotent set-up of what only the tests need (scripts/setup.sh, the quick start's, never installs these):
-#   mininet, bridge-utils  the Mininet baseline test (tests/test_bench_smoke.py; LinuxBridge runs brctl)
-#   chromium               headless rendering of report.html (tests/test_report_html.py)
-#   docker.io + docker SDK container hosts (tests/test_docker_e2e.py), through scripts/docker-setup.sh
-#   ray, pymetis           the `cluster` extra (pip): the local Ray cluster's tests (tests/test_cluster_*.py)
-#   mkdocs, mkdocs-material the `docs` extra (pip): the documentation site's build (tests/test_docs.py)
+#   mininet, bridge-utils  the Mininet baseline test (tests/project/test_bench_smoke.py; LinuxBridge runs brctl)
+#   chromium               headless rendering of report.html (tests/report/test_report_html.py)
+#   docker.io + docker SDK container hosts (tests/fabric/test_docker_e2e.py), through scripts/docker-setup.sh
+#   ray, pymetis           the `cluster` extra (pip): the local Ray cluster's tests (tests/cluster/)
+#   mkdocs, mkdocs-material the `docs` extra (pip): the documentation site's build (tests/project/test_docs.py)
 # Fast when done: dpkg status first, apt-get only for what is missing.
 set -euo pipefail
 

@@ -4,7 +4,7 @@
 #          build is tried once more), then
 #   guest  `testbed vm test`: pytest -m fullkernel in the booted VM, with the project directory this script is
 #          in shared over 9p (so the guest runs this tree's code), then
-#   host   the VM smoke test (tests/test_vm_lane.py, FTB_VM_SMOKE=1): it boots the image itself, so it cannot
+#   host   the VM smoke test (tests/project/test_vm_lane.py, FTB_VM_SMOKE=1): it boots the image itself, so it cannot
 #          run inside the guest.
 # The lane runs or fails: an install that fails, an image build that fails twice, a guest or smoke test that
 # fails, each makes the exit non-zero, with the reason in one "vm-lane: FAILED — …" line. FTB_VM_LANE=0 is a
@@ -65,7 +65,7 @@ guest_rc=$?
 t2=$SECONDS
 
 FTB_VM_SMOKE=1 timeout --kill-after=30 "$SMOKE_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider -rs \
-    tests/test_vm_lane.py::test_vm_run_exit_code_and_output_smoke
+    tests/project/test_vm_lane.py::test_vm_run_exit_code_and_output_smoke
 smoke_rc=$?
 
 echo "vm-lane: image ready in $((t1 - t0)) s, guest tests in $((t2 - t1)) s (exit $guest_rc)," \

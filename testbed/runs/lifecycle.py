@@ -292,7 +292,7 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
     """Run the scenario; return (result directory, summary row). Raises RunFailed (after writing what it has)
     when a helper or traffic agent failed. ``metrics``: HOST:PORT to serve live Prometheus metrics on (this
     machine's back end). ``backend``: makes the back end (default: this machine, local.LocalBackend)."""
-    from .local import LocalBackend
+    from .local_backend import LocalBackend
 
     run_id = new_run_id(scen)
     outdir = Path(out) if out else RESULTS_DIR / run_id

@@ -13,7 +13,7 @@ and whether it came back CE-marked or trimmed, ``wire.ECHO``) and from NAKs and 
            round robin until the penalty decays (one point per ``decay_s``); when every value is penalised the
            least penalised goes.
 
-Pure logic with explicit times (unit-tested in tests/test_entropy_unit.py).
+Pure logic with explicit times (unit-tested in tests/transport/test_transport_unit.py).
 """
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ import struct
 import threading
 import time
 
-from isal.isal_zlib import crc32 as fast_crc32     # = zlib.crc32, about twice as fast on 1 KB (tests/test_roce_batch)
+from isal.isal_zlib import crc32 as fast_crc32     # = zlib.crc32, about twice as fast on 1 KB (tests/transport/test_roce_batch.py)
 
 from . import entropy, wire as w
 from .batch import HDR as BATCH_HDR, HDR_RETH as BATCH_HDR_RETH, IP_ID as BATCH_IP_ID, TAIL as BATCH_TAIL

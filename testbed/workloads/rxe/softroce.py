@@ -7,7 +7,7 @@ Why hosts leave their namespaces
     port unreachable; ``rdma system set netns exclusive`` + ``rdma dev set … netns`` returns "Operation not
     supported". Per-namespace rxe sockets (drivers/infiniband/sw/rxe/rxe_ns.c) are newer upstream work; the
     6.12 kernels Debian ships for bookworm were not tried, so the lane does not rely on them.
-What works (verified in the VM lane, tests/test_fullkernel.py)
+What works (verified in the VM lane, tests/project/test_fullkernel.py)
     The rxe host's NIC is moved into the initial namespace (renamed, its address/shaping/neighbour re-applied);
     the rest of the fabric (switches, eBPF, other hosts) stays in namespaces. Because every rxe host's address is
     then local to the same namespace, the kernel would short-cut host-to-host traffic through ``lo``. Policy

@@ -20,7 +20,7 @@ from conftest import make_scenario
 pytestmark = pytest.mark.e2e
 
 SIZE = 120 * 1024                       # leaf0's shared buffer (no lossless priority: all of it is the pool)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def burst_scenario():

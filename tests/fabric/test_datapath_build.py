@@ -34,7 +34,7 @@ def test_stub_built_atomically_by_concurrent_runs(tmp_path):
     env = dict(os.environ, FTB_CACHE_DIR=str(tmp_path))
     env.pop("BCC_KERNEL_SOURCE", None)
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True,
-                              cwd=Path(__file__).parents[1]) for _ in range(6)]
+                              cwd=Path(__file__).parents[2]) for _ in range(6)]
     outs = {p.communicate()[0].strip() for p in procs}
     assert all(p.returncode == 0 for p in procs)
     assert len(outs) == 1

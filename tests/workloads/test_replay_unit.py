@@ -218,7 +218,7 @@ def test_scenario_replay_key(tmp_path):
 def test_shipped_schedule_is_the_export_of_the_shipped_ring():
     """scenarios/schedules/allreduce-ring.csv = `testbed schedule scenarios/allreduce-ring.yaml` (no drift)."""
     import pathlib
-    root = pathlib.Path(__file__).resolve().parent.parent / "scenarios"
+    root = pathlib.Path(__file__).resolve().parents[2] / "scenarios"
     ring = scenario.load(root / "allreduce-ring.yaml")
     exported = replay.from_collectives(ring.traffic, topology.build(ring.topology), ring.seed)
     assert replay.read(root / "schedules" / "allreduce-ring.csv") == exported

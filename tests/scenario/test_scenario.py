@@ -238,7 +238,7 @@ def test_int_gives_links_between_switches_room_for_the_stack():
 
 def test_every_shipped_scenario_loads():
     import pathlib
-    root = pathlib.Path(__file__).resolve().parent.parent / "scenarios"
+    root = pathlib.Path(__file__).resolve().parents[2] / "scenarios"
     files = sorted(root.glob("*.yaml"))
     assert len(files) >= 14
     for f in files:
@@ -261,7 +261,7 @@ def test_entropy_modes_default_their_values_and_refuse_nonsense():
      "topology.spines: must be ≥ 1, got 0 (time_dilation auto reads it)"),
 ])
 def test_what_the_fuzzer_found_is_one_line(doc, line):
-    """Found by tests/test_scenario_fuzz.py: a key with a newline made a two-line message, and time_dilation auto
+    """Found by tests/scenario/test_scenario_fuzz.py: a key with a newline made a two-line message, and time_dilation auto
     over a wrong topology raised a traceback."""
     with pytest.raises(scenario.ScenarioError) as e:
         scenario.from_dict(doc)

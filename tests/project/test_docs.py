@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from testbed.scenario import Scenario
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 QUICK_START = ("bash scripts/quickstart.sh", "bash scripts/test.sh")
 

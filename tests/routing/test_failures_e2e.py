@@ -225,7 +225,7 @@ def test_a_dead_subnet_manager_fails_the_run_in_one_line_and_keeps_the_results(t
 def test_a_restored_uplink_carries_its_destinations_again_under_sm_minhop(tmp_path):
     """leaf0–spine0 goes down and comes back: the SM recomputes from scratch on the return (as OpenSM), so the
     destinations minhop routes over that uplink in the healthy fabric are routed over it again. Kept on their
-    failed-state ports instead, the restored link would carry nothing (tests/test_sm_engines.py)."""
+    failed-state ports instead, the restored link would carry nothing (tests/routing/test_sm_engines.py)."""
     from testbed import topology
     from testbed.routing import algorithms
     k4 = {"kind": "fat-tree", "k": 4, "host_link": {"rate": "20mbit"}, "fabric_link": {"rate": "20mbit"}}

@@ -5,7 +5,7 @@ the BTH otherwise as sent) and sent on the trim priority (its queue, its HTB cla
 `trims`, not in `drops`; a non-RoCE packet over the limit is still dropped; a trimmed header is classified to
 the trim priority at the next hop and never trimmed again; with trimming off the packet is dropped as before.
 
-The queue a packet sees is set in the `vq` map, as tests/test_qos_unit.py does."""
+The queue a packet sees is set in the `vq` map, as tests/qos/test_qos_unit.py does."""
 import os
 import struct
 import time

@@ -158,7 +158,7 @@ def test_incast_credit_scenario_reports_credit_counters(tmp_path):
     from pathlib import Path
 
     from testbed import scenario
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     d, row = runner.run(scenario.load(root / "scenarios" / "incast-credit.yaml"), tmp_path / "run")
     links = pd.read_csv(d / "links.csv")
     for col in ("credit_stalls", "credit_stall_s", "credits_granted", "credit_wait_s"):

@@ -19,7 +19,7 @@ import pytest
 from testbed.fabric import netns
 
 pytestmark = [pytest.mark.e2e]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TESTBED = [sys.executable, "-m", "testbed.cli"]
 SMALL = ["--set", "duration=1.5s", "--set", "topology.spines=2", "--set", "topology.hosts_per_leaf=2"]
 

@@ -1,5 +1,5 @@
 """Container hosts without Docker: the scenario keys, the host image's package closure and root filesystem, and
-how a process is entered into a container (tests/test_docker_e2e.py runs them for real)."""
+how a process is entered into a container (tests/fabric/test_docker_e2e.py runs them for real)."""
 from __future__ import annotations
 
 import io

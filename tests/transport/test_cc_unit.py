@@ -7,7 +7,7 @@ import pytest
 from testbed.workloads.roce.cc import (CreditPacer, EqdsSender, Hop, HpccParams, HpccSender, NsccEqds, NsccParams,
                                        NsccSender, SwiftParams, SwiftSender, TimelyParams, TimelySender,
                                        estimate_base_rtt, families, make_sender_cc, scaled_params)
-from testbed.workloads.roce.cc.model import run
+from testbed.workloads.roce.cc.loop_model import run
 
 RATE, RTT = 100e6, 1e-3          # BDP = 12 500 bytes
 

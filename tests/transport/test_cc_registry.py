@@ -12,7 +12,7 @@ from testbed.topology import build as build_topology
 from testbed.workloads import flows as fl
 from testbed.workloads.roce.cc import (BUILTINS, GROUP, CongestionControl, DcqcnParams, ReactionPoint, SenderCC,
                                        cc_names, get_cc, make_sender_cc)
-from testbed.workloads.roce.cc.model import run
+from testbed.workloads.roce.cc.loop_model import run
 
 BUILTIN_NAMES = ("dcqcn", "nscc", "swift", "timely", "hpcc", "eqds", "nscc+eqds")
 
@@ -145,7 +145,7 @@ def test_a_plugin_cc_closes_the_loop_on_the_model_before_it_is_installed():
     model two and four AIMD flows share the bottleneck fairly with the queue held by the ECN marks (RED 20–80 KB)
     and no drop. Measured: Jain 0.997 / 1.000, queue p99 32 / 39 KB, utilisation 1.00."""
     import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "plugins" / "aimd_cc"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "plugins" / "aimd_cc"))
     try:
         import aimd_cc
     finally:
