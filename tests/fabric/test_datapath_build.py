@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from testbed import scenario, topology
-from testbed.datapath import Datapath, DatapathError, _first_error, kheaders, source
+from testbed.datapath import Datapath, DatapathError, kheaders, source
+from testbed.datapath.program import _first_error
 
 root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (BPF)")
 
