@@ -25,7 +25,7 @@ import time
 from testbed.fabric import netns
 from testbed.fabric.netlink import Batch
 from testbed.scenario import RoceSpec
-from testbed.workloads.roce import rc as roce
+from testbed.workloads.roce import requester as roce      # its endpoint() and resolve() are patched below
 
 BATCH = RoceSpec().batch
 ENTROPY = "entropy: packet (8 ports)"

@@ -17,7 +17,8 @@ from testbed.fabric import netns
 from testbed.workloads.roce import wire as w
 from testbed.workloads.roce.cc.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint, jain
 from testbed.workloads.roce.link import resolve
-from testbed.workloads.roce.rc import Layout, Responder
+from testbed.workloads.roce.endpoint import Layout
+from testbed.workloads.roce.responder import Responder
 
 from conftest import make_scenario
 

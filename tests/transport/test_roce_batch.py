@@ -17,7 +17,7 @@ from scapy.layers.inet import IP, UDP
 from testbed.bench.roce_rate import A_ADDR, B_ADDR, Veth, _NoEndpoint
 from testbed.fabric import netns
 from testbed.workloads.roce import batch as b
-from testbed.workloads.roce import rc as roce
+from testbed.workloads.roce import requester as roce      # its endpoint() and resolve() are patched below
 from testbed.workloads.roce import wire as w
 from testbed.workloads.roce.link import Link
 

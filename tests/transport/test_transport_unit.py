@@ -6,7 +6,8 @@ from scapy.contrib.roce import AETH, BTH
 from scapy.layers.inet import IP
 
 from testbed.workloads.roce import entropy, wire as w
-from testbed.workloads.roce.rc import Responder, RttStats
+from testbed.workloads.roce.requester import RttStats
+from testbed.workloads.roce.responder import Responder
 
 
 class _Sink:

@@ -190,7 +190,7 @@ class BatchSender:
 
 def fill(bs: BatchSender, i: int, tos: int, sport: int, ulen: int, opcode: int, pad: int, psnw: int,
          reth: tuple | None, off: int, ln: int) -> None:
-    """Stage packet ``i`` (slow path, for tests; :meth:`rc.Requester._burst` inlines the same steps): IPv4/UDP/
+    """Stage packet ``i`` (slow path, for tests; :meth:`requester.Requester._burst` inlines the same steps): IPv4/UDP/
     BTH[/RETH] header, payload ``data[off:off+ln]``, pad and ICRC."""
     h = bs.hdr_off[i]
     ip = (0x45, tos, w.IP_LEN + ulen, IP_ID, 0x4000, w.TTL, socket.IPPROTO_UDP, bs.cks[tos << 16 | w.IP_LEN + ulen],
