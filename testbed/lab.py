@@ -155,7 +155,7 @@ class Lab:
 
     def __init__(self, scen: Scenario, name: str, kind: str = "run", keep: bool = False, source: str = "",
                  metrics: str | None = None, log: Callable[[str], None] = lambda s: None, nodes=None,
-                 tunnels: dict | None = None, underlay: str | None = None):
+                 tunnels: dict | None = None, underlay: str | None = None, key: bytes | None = None):
         """``metrics``: HOST:PORT to serve live Prometheus metrics on while the lab lives (telemetry/live.py).
         ``log``: progress lines (installing or starting Docker, building the host image). ``nodes``: build only
         these nodes — one machine's part of a fabric over several (testbed/cluster/); its ports whose link
@@ -167,7 +167,7 @@ class Lab:
         self.ports = port_configs(whole, scen.switch, scen.hosts.pfc,  # every port's egress, built once
                                   scen.fabric_mtu, scen.host_mtu)
         self.whole = whole                     # the whole fabric; ``topo`` is what this lab builds of it
-        self.underlay = underlay
+        self.underlay, self.key = underlay, key     # key: the run's, sealing what the helpers tell other machines
         self.topo = whole if nodes is None else whole.restrict(nodes)
         hooked = self.topo.switches + (self.topo.hosts if self.pfc_on and scen.hosts.pfc else [])
         self.fabric = Fabric(self.topo, name, self.ports, tunnels, hooked)  # clsact where eBPF programs will go
@@ -347,7 +347,7 @@ def _pfc_agent(lab: Lab):
 
 def _routing_agent(lab: Lab):
     from .routing.manager import RoutingAgent    # start() returns once every port is read (SM: every table set)
-    return RoutingAgent(lab.datapath, lab.fabric, lab.scen, lab.whole, lab.underlay)
+    return RoutingAgent(lab.datapath, lab.fabric, lab.scen, lab.whole, lab.underlay, key=lab.key)
 
 
 def _failure_scheduler(lab: Lab):
@@ -357,7 +357,8 @@ def _failure_scheduler(lab: Lab):
 
 def _metrics_exporter(lab: Lab, address=None):
     from .telemetry.live import MetricsExporter
-    return MetricsExporter(lab.name, lab.datapath, lab.topo, address if address is not None else lab.metrics)
+    return MetricsExporter(lab.name, lab.datapath, lab.topo, address if address is not None else lab.metrics,
+                           key=lab.key)
 
 
 EXPORTER = HelperSpec("exporter", lambda lab: lab.metrics is not None, _metrics_exporter,

@@ -63,16 +63,17 @@ class Part:
                 "hostname": platform.node(), "root": os.geteuid() == 0}
 
     def build(self, scen, lab_name: str, nodes: list[str], tunnels: dict[int, tuple[int, str, str]],
-              kind: str = "run") -> dict:
+              kind: str = "run", key: bytes | None = None) -> dict:
         """Build this machine's part: a lab of kind ``run`` owned by this actor's process, or ``up`` (``testbed
-        up --cluster``: it stays until ``testbed down``, and ``testbed clean`` on the machine removes it)."""
+        up --cluster``: it stays until ``testbed down``, and ``testbed clean`` on the machine removes it).
+        ``key``: the run's key, which seals what the part's helpers say to the other machines (auth.py)."""
         import ray
 
         from ..lab import Lab, reap_stale
         reap_stale()
         lab = Lab(scen, lab_name, kind=kind, keep=kind == "up", nodes=nodes,
                   tunnels={ifx: Tunnel(vni, lo, rem) for ifx, (vni, lo, rem) in tunnels.items()},
-                  underlay=ray.util.get_node_ip_address())
+                  underlay=ray.util.get_node_ip_address(), key=key)
         with self._lock:
             self.lab = lab
         lab.__enter__()

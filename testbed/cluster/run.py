@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from ..auth import new_key
 from ..errors import HelperFailed
 from ..runs.backend import Backend, Collected
 from . import ClusterError, Machine, connect, machines, pin
@@ -260,6 +261,8 @@ def _merge_routing(finals: dict[int, dict], used) -> tuple[dict, dict]:
                    "errors": [f"{tag[i]}: {e}" for i, r in rts.items() for e in r["errors"]]})
         for k in ("changes_dropped", "error_count", "floods_sent", "floods_taken"):
             rt[k] = sum(r.get(k, 0) for r in rts.values())
+        rt["rejected"] = {k: sum((r.get("rejected") or {}).get(k, 0) for r in rts.values())
+                          for k in ("forged", "replayed")}
         if sm is None:
             rt["entries"] = sum(r.get("entries", 0) for r in rts.values())
     fss = {i: f["scheduler"] for i, f in finals.items() if f.get("scheduler")}
@@ -323,6 +326,7 @@ class ClusterLab:
         base = name or "c" + secrets.token_hex(2)  # a run's part: c<4 hex>m<i> ("ftb-<lab>-pfc" ≤ 15 characters)
         self.name, self.keep = base, name is not None
         self.labs = [f"{base}m{i}" for i in range(len(self.used))]
+        self.key = new_key()                       # seals every control message between the parts (auth.py)
         self.parts: Parts | None = None
         self.probes: list[dict] = []
         self.warnings: list[str] = []
@@ -364,7 +368,7 @@ class ClusterLab:
             t = time.perf_counter()
             kind = "up" if self.keep else "run"
             builds = parts.all("build", each=lambda i: (self.scen, self.labs[i], self.part.nodes(i), tunnels[i],
-                                                        kind))
+                                                        kind, self.key))
             self.build_s = time.perf_counter() - t
             for b in builds:
                 self.warnings += [w for w in b["warnings"] if w not in self.warnings]
@@ -413,7 +417,7 @@ class ClusterLab:
         actor = self.ray.remote(Federation).options(name=f"ftb-{self.name}-met", lifetime="detached", num_cpus=0,
                                                      max_restarts=0, scheduling_strategy=here).remote()
         try:
-            self.ray.get(actor.serve.remote(self.name, address, machines))
+            self.ray.get(actor.serve.remote(self.name, address, machines, self.key))
         except RayError as e:
             self.ray.kill(actor)
             raise MetricsFailed(_line(e)) from None
@@ -440,9 +444,9 @@ class Federation:
     def __init__(self):
         self.fed = None
 
-    def serve(self, lab: str, address: str, machines: dict) -> None:
+    def serve(self, lab: str, address: str, machines: dict, key: bytes) -> None:
         from ..telemetry.live import FabricFederation
-        self.fed = FabricFederation(lab, address)
+        self.fed = FabricFederation(lab, address, key=key)
         self.fed.serve(machines)
 
     def close(self) -> dict:
@@ -493,7 +497,7 @@ class ClusterBackend(Backend):
         self.federation = None
         if metrics is not None:                # listens now: an address in use is refused before anything is built
             from ..telemetry.live import FabricFederation
-            self.federation = FabricFederation(self.cl.name, metrics)
+            self.federation = FabricFederation(self.cl.name, metrics, key=self.cl.key)
         self.metrics_at = metrics
         self.served: dict | None = None
         self.outdir: Path | None = None

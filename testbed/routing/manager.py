@@ -208,6 +208,9 @@ class RoutingAgent(ForkedHelper):
         ``flood_address`` is the machine's underlay address, where the agent takes its peers' link state, and
         ``key`` the run's key that seals every flood, table and acknowledgement (testbed/auth.py)."""
         super().__init__()
+        if flood_address is not None and key is None:
+            raise ValueError("routing agent: over several machines every message on the underlay is sealed; "
+                             "the run's key is missing")
         self.key = key
         self.dp, self.fabric, self.scen, self.topo = datapath, fabric, scen, fabric.topo
         self.whole = whole if whole is not None else fabric.topo
@@ -635,7 +638,7 @@ class _Agent:
             "role": ("subnet manager" if self.master else "sm agent") if self.sm else "watcher",
             "remote_entries": self.remote_entries, "tables_taken": self.tables_taken,
             "floods_sent": self.floods_sent, "floods_taken": self.floods_taken,
-            "rejected": {name: ch.counts() for name, ch in self.channels.items()}})
+            "rejected": {k: sum(ch.counts()[k] for ch in self.channels.values()) for k in ("forged", "replayed")}})
 
     def _term(self, *_):
         self.stop = True

@@ -234,6 +234,7 @@ def routing_section(rt: dict, origin: float) -> dict | None:
             "entries": rt.get("entries"), "changes": changes,
             "local": [dict(e, t=rel(e["t"])) for e in rt.get("local", [])], "errors": rt.get("errors", []),
             "floods_sent": rt.get("floods_sent"), "floods_taken": rt.get("floods_taken"),
+            "rejected": rt.get("rejected"),
             "remote_entries": rt.get("remote_entries")}
 
 

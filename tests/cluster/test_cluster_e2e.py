@@ -461,6 +461,7 @@ def test_a_link_failure_on_one_machine_reroutes_the_other_through_flooded_link_s
                                             "--set", "switch.load_balancing=spray")
     assert len(fail) == 2 and fail["time_s"].notna().all()
     assert routing["floods_taken"] >= 2                      # m1 heard of the link going down and coming up
+    assert routing["rejected"] == {"forged": 0, "replayed": 0}   # every flood was sealed by the run's key
     assert {c["machine"] for c in routing["changes"] if c["kind"] == "reroute"} == {"m0", "m1"}
     assert fail["detected_s"].notna().all() and (fail["rerouted_s"] < 0.05).all(), fail["rerouted_s"].tolist()
     down = fail[fail["change"] == "down"].iloc[0]
@@ -481,6 +482,7 @@ def test_the_subnet_manager_on_one_machine_programs_and_reroutes_the_other(clust
                                               "--set", "switch.routing=sm")
     sm = pd.read_csv(out / "sm.csv")
     assert routing["mode"] == "sm" and routing["remote_entries"] > 0
+    assert routing["rejected"] == {"forged": 0, "replayed": 0}   # tables, acknowledgements, floods: all sealed
     assert list(sm["kind"]) == ["initial", "sweep", "sweep"]
     assert len(fail) == 2 and fail["detected_s"].notna().all() and fail["rerouted_s"].notna().all()
     assert (fail["rerouted_s"] < 0.010 + 0.05).all(), fail["rerouted_s"].tolist()
