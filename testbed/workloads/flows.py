@@ -141,36 +141,52 @@ def derangement(hosts: list[str], rng: random.Random, group: Optional[dict] = No
     return {by[k]: by[(k + shift) % n] for k in range(n)}
 
 
-def pairs_for(traffic, topo, rng: random.Random) -> list[tuple[str, str]]:
+def _pairs(traffic, topo, rng: random.Random) -> list[tuple[str, str]]:
+    return [tuple(p) for p in traffic.pairs]
+
+
+def _permutation(traffic, topo, rng: random.Random) -> list[tuple[str, str]]:
     hosts = list(topo.hosts)
-    pattern = traffic.pattern
-    if pattern == "pairs":
-        return [tuple(p) for p in traffic.pairs]
-    if pattern == "permutation":
-        perm = derangement(hosts, rng, {h: _host_group(topo, h) for h in hosts})
-        return [(h, perm[h]) for h in hosts]
-    if pattern == "all-to-all":
-        return [(a, b) for a in hosts for b in hosts if a != b]
-    if pattern == "incast":
-        rx = traffic.incast.receiver
-        if rx not in topo.nodes:
-            raise ValueError(f"incast receiver {rx} is not a host of this topology")
-        others = [h for h in hosts if h != rx]
-        senders = traffic.incast.senders
-        if senders is None:
-            chosen = others
-        elif isinstance(senders, int):
-            if not 1 <= senders <= len(others):
-                raise ValueError(f"incast senders: need 1..{len(others)} senders, got {senders}")
-            chosen = others[:senders]
-        else:
-            chosen = list(dict.fromkeys(senders))
-            if rx in chosen:
-                raise ValueError(f"incast senders: the receiver {rx} cannot send to itself")
-        return [(s, rx) for s in chosen]
-    if pattern == "allreduce":
+    perm = derangement(hosts, rng, {h: _host_group(topo, h) for h in hosts})
+    return [(h, perm[h]) for h in hosts]
+
+
+def _all_to_all(traffic, topo, rng: random.Random) -> list[tuple[str, str]]:
+    hosts = list(topo.hosts)
+    return [(a, b) for a in hosts for b in hosts if a != b]
+
+
+def _incast(traffic, topo, rng: random.Random) -> list[tuple[str, str]]:
+    rx = traffic.incast.receiver
+    if rx not in topo.nodes:
+        raise ValueError(f"incast receiver {rx} is not a host of this topology")
+    others = [h for h in topo.hosts if h != rx]
+    senders = traffic.incast.senders
+    if senders is None:
+        chosen = others
+    elif isinstance(senders, int):
+        if not 1 <= senders <= len(others):
+            raise ValueError(f"incast senders: need 1..{len(others)} senders, got {senders}")
+        chosen = others[:senders]
+    else:
+        chosen = list(dict.fromkeys(senders))
+        if rx in chosen:
+            raise ValueError(f"incast senders: the receiver {rx} cannot send to itself")
+    return [(s, rx) for s in chosen]
+
+
+#: ``traffic.pattern`` → who sends to whom: (traffic, topology, seeded random) → [(source host, destination host)].
+#: A pattern of flows is one function here; ``allreduce`` and ``poisson`` are planned elsewhere (collectives,
+#: ``plan``).
+PATTERNS = {"pairs": _pairs, "permutation": _permutation, "all-to-all": _all_to_all, "incast": _incast}
+
+
+def pairs_for(traffic, topo, rng: random.Random) -> list[tuple[str, str]]:
+    if traffic.pattern == "allreduce":
         raise ValueError("pattern 'allreduce' is a collective: run it with testbed.workloads.collectives")
-    raise ValueError(f"unknown traffic pattern {pattern!r}")
+    if traffic.pattern not in PATTERNS:
+        raise ValueError(f"unknown traffic pattern {traffic.pattern!r}")
+    return PATTERNS[traffic.pattern](traffic, topo, rng)
 
 
 # ---------------------------------------------------------------- the plan
