@@ -34,7 +34,7 @@ NODE_LABEL = "fabric-testbed.node"
 CODE_DIR = "/opt/fabric-testbed"           # PYTHONPATH in the container: the package is CODE_DIR/testbed
 PACKAGE = Path(__file__).resolve().parent.parent
 ENTRYPOINT, COMMAND = ["sleep"], ["infinity"]
-PYTHON_CHECK = "import sys; assert sys.version_info >= (3, 11), sys.version; import isal"
+PYTHON_CHECK = "import sys; assert sys.version_info >= (3, 11), sys.version; import isal, pydantic"
 _NSENTER = ("--mount", "--uts", "--ipc", "--net", "--pid")
 START_THREADS = 8                          # containers started at once (8: 120–155 ms a host here; fewer: slower)
 
@@ -177,7 +177,7 @@ class ContainerHosts:
                                list(ctr.attrs["Config"].get("Env") or []))
 
     def _check_python(self) -> None:
-        """Per image: can the traffic agent run in it (Python ≥ 3.11 with isal)? If not, its hosts' agents run
+        """Per image: can the traffic agent run in it (Python ≥ 3.11 with isal and pydantic)? If not, its hosts' agents run
         in their network namespace with this Python, which ``notes`` says (logged once the fabric is up: while
         BCC compiles, stderr is not the terminal's)."""
         verdict: dict[str, bool] = {}
@@ -191,8 +191,8 @@ class ContainerHosts:
                 verdict[c.image] = ok
                 if not ok:
                     self.notes.append(f"docker: image {c.image} cannot run the traffic agent ({why}; it needs python3 ≥ "
-                             f"3.11 with isal): its hosts' agents run in the container's network namespace with "
-                             f"the testbed's Python")
+                                      f"3.11 with isal and pydantic): its hosts' agents run in the container's network "
+                                      f"namespace with the testbed's Python")
             c.python = verdict[c.image]
 
     def remove(self) -> int:

@@ -39,7 +39,9 @@ SKIP_PACKAGES = frozenset({"dpkg", "debconf", "tar", "perl-base", "init-system-h
                            "base-files", "lsb-base", "sysvinit-utils"})
 SKIP_DIRS = ("/usr/share/doc/", "/usr/share/man/", "/usr/share/info/", "/usr/share/locale/",
              "/usr/share/lintian/", "/usr/share/bug/", "/usr/share/bash-completion/")
-PY_PACKAGES = ("isal",)                   # imported by the agent (roce/rc.py) beyond the standard library
+#: imported by the agent beyond the standard library: isal (the ICRC, roce/endpoint.py) and pydantic with what it
+#: needs (every congestion control declares its parameters as a pydantic model, roce/cc/)
+PY_PACKAGES = ("isal", "pydantic", "pydantic_core", "typing_extensions", "annotated_types", "typing_inspection")
 CMD = ("sleep", "infinity")               # what the container runs: the hosts' processes are entered into it
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -98,14 +100,15 @@ def _py_package_files(name: str) -> list[tuple[str, str]]:
     """(host path, path in the image) of an installed Python package and its metadata, for the image's
     /usr/local/lib/python3.X/dist-packages."""
     spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
+    if spec is None or not (spec.submodule_search_locations or (spec.origin or "").endswith(".py")):
         raise DockerError(f"the host image needs the Python package {name}, which this interpreter does not have "
                           f"(pip install {name})")
-    pkg_dir = Path(list(spec.submodule_search_locations)[0])
+    # a package is its directory; a single-module distribution (typing_extensions) is its one file
+    pkg_dir = Path(list(spec.submodule_search_locations)[0] if spec.submodule_search_locations else spec.origin)
     site = pkg_dir.parent
     dest = f"/usr/local/lib/python{sys.version_info.major}.{sys.version_info.minor}/dist-packages"
     dist = importlib.metadata.distribution(name)
-    out = []
+    out = [(str(pkg_dir), dest + "/" + pkg_dir.name)] if pkg_dir.is_file() else []
     for base in [pkg_dir, *[site / p for p in os.listdir(site) if p.startswith(f"{dist.metadata['Name']}-")
                             and p.endswith(".dist-info")]]:
         for dirpath, _, files in os.walk(base):
