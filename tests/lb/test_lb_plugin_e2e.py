@@ -75,7 +75,8 @@ def test_a_plugin_that_does_not_compile_fails_the_run_in_one_line_leaving_nothin
     assert len(err) == 1 and err[0].startswith(f"error: switch.plugin.source: {h}:4: "), p.stderr
     assert not out.exists()
 
-    monkeypatch.setattr(runner.secrets, "token_hex", lambda n: "0bad1e")
+    from testbed.runs import local_backend
+    monkeypatch.setattr(local_backend.secrets, "token_hex", lambda n: "0bad1e")     # the lab's name, known
     scen = scenario.load(ROOT / "scenarios/ecmp-collisions.yaml",
                          ("switch.load_balancing=plugin", f"switch.plugin={{source: {h}}}"))
     with pytest.raises(DatapathError) as e:
