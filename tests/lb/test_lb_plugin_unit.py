@@ -171,21 +171,28 @@ def test_equal_queues_split_at_random_over_the_two_candidates(dp, topo):
     assert 100 <= got[True] <= 200, got
 
 
-def test_per_flow_the_choice_is_kept_whatever_the_queues_do(dp, topo):
-    """per_flowlet 0: a flow's first packet picks the shorter queue; 20 more packets (with the queues reversed,
-    and after an idle gap longer than the flowlet timeout) stay on it."""
-    params(dp, per_flowlet=0, salt=99)
+def _kept_while_the_queues_reverse(dp, topo, sport: int, packets: int):
+    """A new flow's first packet takes the shorter of its two candidates' queues (c2); then, with the queues
+    reversed, ``packets`` more stay on it. Returns (c1, c2, the reversed queue depths)."""
     dp.clear_flows()
-    sport = 40_000
     c1, c2 = candidates(dp, topo, sport, 99)
     ms = [4, 4, 4, 4]
     ms[c1], ms[c2] = 3, 1
     set_queues(dp, topo, ms)
     assert send(dp, topo, sport) == c2
     ms[c1], ms[c2] = 1, 3
-    for _ in range(20):
+    for _ in range(packets):
         set_queues(dp, topo, ms)
         assert send(dp, topo, sport) == c2
+    return c1, c2, ms
+
+
+def test_per_flow_the_choice_is_kept_whatever_the_queues_do(dp, topo):
+    """per_flowlet 0: a flow's first packet picks the shorter queue; 20 more packets (with the queues reversed,
+    and after an idle gap longer than the flowlet timeout) stay on it."""
+    params(dp, per_flowlet=0, salt=99)
+    sport = 40_000
+    c1, c2, ms = _kept_while_the_queues_reverse(dp, topo, sport, 20)
     time.sleep(0.25)
     set_queues(dp, topo, ms)
     assert send(dp, topo, sport) == c2
@@ -198,17 +205,8 @@ def test_the_per_flowlet_parameter_rechooses_after_an_idle_gap(dp, topo):
     above the 200 ms flowlet timeout the flow takes the now shorter queue."""
     params(dp, per_flowlet=1, salt=99)
     try:
-        dp.clear_flows()
         sport = 41_000
-        c1, c2 = candidates(dp, topo, sport, 99)
-        ms = [4, 4, 4, 4]
-        ms[c1], ms[c2] = 3, 1
-        set_queues(dp, topo, ms)
-        assert send(dp, topo, sport) == c2
-        ms[c1], ms[c2] = 1, 3
-        for _ in range(5):
-            set_queues(dp, topo, ms)
-            assert send(dp, topo, sport) == c2
+        c1, c2, ms = _kept_while_the_queues_reverse(dp, topo, sport, 5)
         time.sleep(0.25)
         set_queues(dp, topo, ms)
         assert send(dp, topo, sport) == c1
