@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import os
 import secrets
 import socket
@@ -12,11 +13,50 @@ from pathlib import Path
 
 import pytest
 
+import cpu_guard
 from testbed import scenario, topology
 from testbed.fabric import netns
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTBED = [sys.executable, "-m", "testbed.cli"]
+
+
+_HOG = cpu_guard.Hog()
+
+
+def pytest_sessionstart(session):
+    if cpu_guard.Hog.wanted():
+        _HOG.start()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if (line := _HOG.stop()) is not None:
+        print(f"\n{line}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(cpu_guard.summary_line())
+
+
+def guarded_run(scen: scenario.Scenario, out: Path, **kw) -> tuple[Path, dict]:
+    """``runner.run(scen, out)`` until the CPU guard calls the run valid (tests/cpu_guard.py): a flagged run is
+    run again into ``out``-rerun1, -rerun2. For runs whose figures a test asserts."""
+    from testbed import runner
+    return cpu_guard.valid(lambda k: runner.run(scen, out if k == 0 else out.with_name(f"{out.name}-rerun{k}"), **kw),
+                           out.name)
+
+
+def guarded_cli(out: Path, *args, timeout=300, **kw) -> tuple[subprocess.CompletedProcess, dict]:
+    """``testbed run … --out OUT`` (``args``) until the CPU guard calls the run valid; (the completed process,
+    summary.csv's row). Asserts each run exited 0."""
+    def once(k):
+        d = out if k == 0 else out.with_name(f"{out.name}-rerun{k}")
+        res = run_cli("run", *args, "--out", str(d), timeout=timeout, **kw)
+        assert res.returncode == 0, res.stderr
+        with open(next(d.rglob("summary.csv"))) as f:
+            return res, next(csv.DictReader(f))
+    return cpu_guard.valid(once, out.name)
 
 
 def _distribution_kernel() -> bool:

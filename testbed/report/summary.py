@@ -200,6 +200,27 @@ def cpu_verdict(cpu: Mapping[str, Any], window: tuple[float, float]) -> dict:
             "cpu_worst_time_s": inside[i][0], "cpu_saturated_share": saturated}
 
 
+def guard_reasons(guard: Mapping[str, Any], backlogged: int, starving: int, stolen: int,
+                  steal_mean: float) -> tuple[bool | None, str]:
+    """(cpu_bound, cpu_bound_reason): the guard's verdict and, when it flags the run, every rule that fired in
+    one line, so whoever re-runs it (a test, a sweep) can say why. None without CPU samples."""
+    if guard["cpu_bound"] is None:
+        return None, ""
+    why = []
+    if guard["cpu_bound"]:
+        share = _f(guard.get("cpu_saturated_share"))       # results from before per-core samples: the verdict only
+        why.append(f"core {guard.get('cpu_worst_core')} saturated by the lab in {share:.0%} of the samples (flagged "
+                   f"from {SATURATED_SHARE:.0%})" if not math.isnan(share) else "a core saturated by the lab")
+    low = wilson_lower(starving, backlogged)
+    if low > STARVED_SHARE:
+        why.append(f"shapers starved of CPU in {starving} of {backlogged} backlogged samples ({stolen} during "
+                   f"steal; 95 % lower bound {low:.1%} > {STARVED_SHARE:.0%})")
+    if steal_mean >= STEAL_SHARE:
+        why.append(f"the hypervisor took {steal_mean:.0%} of the machine's CPU time (flagged from "
+                   f"{STEAL_SHARE:.0%})")
+    return bool(why), "; ".join(why)
+
+
 def _col_sum(df: pd.DataFrame, col: str) -> Any:
     """Sum of a column, NaN when no row has a value (the engine does not report it)."""
     if col in df.columns and df[col].notna().any():
@@ -281,8 +302,7 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     starved_share = starving / backlogged if backlogged else math.nan
     guard = cpu_verdict(cpu, window)
     steal_mean, steal_max = steal_verdict(cpu, window)
-    row["cpu_bound"] = (bool(guard["cpu_bound"]) or wilson_lower(starving, backlogged) > STARVED_SHARE
-                        or steal_mean >= STEAL_SHARE if guard["cpu_bound"] is not None else None)
+    row["cpu_bound"], why = guard_reasons(guard, backlogged, starving, stolen, steal_mean)
 
     row["flows"] = int(len(flows_df))
     row["flows_completed"] = int(len(fct_ms))
@@ -323,6 +343,7 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     row["starved_samples"] = starving
     row["starved_stolen_samples"] = stolen
     row["starved_share"] = starved_share
+    row["cpu_bound_reason"] = why
     row["failed"] = meta.get("failed")
     row["failure_lost_packets"], row["reroute_ms_max"] = failure_figures(failures_df)
     row["credit_stalls"] = _links_sum(links_df, "credit_stalls")

@@ -11,10 +11,10 @@ import statistics
 
 import pytest
 
-from testbed import runner, scenario, workloads
+from testbed import scenario, workloads
 from testbed.fabric import netns
 
-from conftest import ROOT, make_scenario
+from conftest import ROOT, guarded_run, make_scenario
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +29,7 @@ def _csv(path) -> list[dict]:
 def test_int_sees_the_congested_port_full_and_the_others_empty(tmp_path):
     """scenarios/int-incast.yaml: h0, h1, h2 (leaf0) → h3 (leaf1), 20 Mbit/s host links with 64 KB buffers,
     100 Mbit/s fabric links, every 4th packet instrumented."""
-    d, row = runner.run(scenario.load(ROOT / "scenarios" / "int-incast.yaml"), tmp_path / "run")
+    d, row = guarded_run(scenario.load(ROOT / "scenarios" / "int-incast.yaml"), tmp_path / "run")
     rows = _csv(d / "int.csv")
     m = json.loads((d / "manifest.json").read_text())
     start = min(float(r["time_s"]) for r in rows)

@@ -6,9 +6,9 @@ import csv
 
 import pytest
 
-from testbed import runner, scenario
+from testbed import scenario
 
-from conftest import run_had
+from conftest import guarded_run, run_had
 
 pytestmark = pytest.mark.e2e
 
@@ -33,7 +33,7 @@ def _uplinks(d) -> dict[str, dict]:
 
 def _run(tmp_path, name, **switch):
     doc = dict(DEGRADED, switch=switch)
-    d, row = runner.run(scenario.from_dict(doc), tmp_path / name)
+    d, row = guarded_run(scenario.from_dict(doc), tmp_path / name)
     with open(d / "flows.csv") as f:
         row["sent"] = sum(int(r["packets_sent"]) for r in csv.DictReader(f))
     return _uplinks(d), row
@@ -79,7 +79,7 @@ def test_per_packet_adaptive_routing_keeps_a_roce_flow_whole(tmp_path, receiver)
                         # an RTO above the host's stalls: a 10–20 ms steal timed a 10 ms RTO out spuriously
                         # (go-back-N then resends a window) — this test is about reordering, not about timeouts
                         "roce": {"rto": "50ms"}})
-    d, row = runner.run(scenario.from_dict(doc), tmp_path / receiver)
+    d, row = guarded_run(scenario.from_dict(doc), tmp_path / receiver)
     with open(d / "flows.csv") as f:
         (fl,) = list(csv.DictReader(f))
     assert fl["checksum_ok"] == "True" and fl["paths_used"] == "4"

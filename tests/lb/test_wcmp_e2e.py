@@ -7,7 +7,7 @@ import pytest
 
 from testbed import workloads
 
-from conftest import make_scenario, run_had
+from conftest import guarded_run, make_scenario, run_had
 
 pytestmark = pytest.mark.e2e
 
@@ -58,7 +58,7 @@ def _asymmetric(tmp_path, name, degrade_at=None, local=False, **switch):
     import csv
     import json
 
-    from testbed import runner, scenario
+    from testbed import scenario
     from conftest import ROOT
     doc = scenario.to_dict(scenario.load(ROOT / "scenarios" / "asymmetric-wcmp.yaml"), roundtrip=True)
     doc["switch"].update(switch)
@@ -68,7 +68,7 @@ def _asymmetric(tmp_path, name, degrade_at=None, local=False, **switch):
     if degrade_at is not None:
         doc["topology"]["links"] = []
         doc["failures"] = [{"at": degrade_at, "link": ["leaf1", "spine0"], "rate": "5mbit"}]
-    d, row = runner.run(scenario.from_dict(doc), tmp_path / name)
+    d, row = guarded_run(scenario.from_dict(doc), tmp_path / name)
     m = json.loads((d / "manifest.json").read_text())
     applied = m["failures"][0]["applied"] if m.get("failures") else None
     up: dict[str, int] = {}
@@ -127,12 +127,12 @@ def test_measured_wcmp_reacts_to_a_link_degraded_mid_run_within_a_few_intervals(
 def test_flowlet_int_wcmp_lifts_a_permutation_above_90_percent(tmp_path):
     """scenarios/int-wcmp-permutation.yaml, the vendors' claim: flowlets + INT-based WCMP use ≥ 0.9 of the
     uplinks over the traffic window where ECMP's collisions leave ~0.73 (0.904–0.919 vs 0.722–0.725, seeds 1–3)."""
-    from testbed import runner, scenario
+    from testbed import scenario
     from conftest import ROOT
     scen = scenario.load(ROOT / "scenarios" / "int-wcmp-permutation.yaml")
-    _, wcmp = runner.run(scen, tmp_path / "wcmp")
-    _, ecmp = runner.run(scen.model_copy(update={"switch": scen.switch.model_copy(update={"load_balancing": "ecmp"})}),
-                         tmp_path / "ecmp")
+    _, wcmp = guarded_run(scen, tmp_path / "wcmp")
+    _, ecmp = guarded_run(scen.model_copy(update={"switch": scen.switch.model_copy(update={"load_balancing": "ecmp"})}),
+                          tmp_path / "ecmp")
     print(f"\n[int wcmp permutation] util wcmp {wcmp['mean_uplink_util']:.3f} (imbalance "
           f"{wcmp['uplink_imbalance']:.2f}, lost {wcmp['lost_packets']}), ecmp {ecmp['mean_uplink_util']:.3f} "
           f"(imbalance {ecmp['uplink_imbalance']:.2f}); cpu_bound {wcmp['cpu_bound']}/{ecmp['cpu_bound']}")

@@ -11,7 +11,7 @@ import pytest
 
 from testbed import runner, workloads
 
-from conftest import Machine, lab_load_ok, make_scenario
+from conftest import Machine, guarded_run, lab_load_ok, make_scenario
 
 pytestmark = pytest.mark.e2e
 
@@ -159,7 +159,7 @@ def test_incast_credit_scenario_reports_credit_counters(tmp_path):
 
     from testbed import scenario
     root = Path(__file__).resolve().parents[2]
-    d, row = runner.run(scenario.load(root / "scenarios" / "incast-credit.yaml"), tmp_path / "run")
+    d, row = guarded_run(scenario.load(root / "scenarios" / "incast-credit.yaml"), tmp_path / "run")
     links = pd.read_csv(d / "links.csv")
     for col in ("credit_stalls", "credit_stall_s", "credits_granted", "credit_wait_s"):
         assert col in links.columns, col

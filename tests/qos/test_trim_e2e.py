@@ -8,7 +8,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from testbed import runner, scenario
+from testbed import scenario
+
+from conftest import guarded_run
 
 pytestmark = pytest.mark.e2e
 
@@ -30,7 +32,7 @@ def incast(trim: bool, receiver: str = "gbn") -> dict:
 
 @pytest.mark.parametrize("trim,receiver", [(True, "gbn"), (True, "ooo"), (False, "gbn")])
 def test_an_overloaded_lossy_queue_trims_instead_of_dropping(tmp_path, trim, receiver):
-    d, row = runner.run(scenario.from_dict(incast(trim, receiver)), tmp_path / "run")
+    d, row = guarded_run(scenario.from_dict(incast(trim, receiver)), tmp_path / "run")
     links, flows = pd.read_csv(d / "links.csv"), pd.read_csv(d / "flows.csv")
     tx = links[links["direction"] == "tx"]
     hot = tx[(tx["switch"] == "leaf0") & (tx["peer"] == "h0")]

@@ -259,6 +259,23 @@ def test_starved_shaper_samples_flag_the_run():
     assert row["starved_share"] == pytest.approx(2 / 3)
     assert row["cpu_bound"] is True
     assert row["starved_stolen_samples"] == 0                    # no steal samples: none is the host's
+    assert row["cpu_bound_reason"] == ("shapers starved of CPU in 2 of 3 backlogged samples (0 during steal; "
+                                       "95 % lower bound 20.8% > 5%)")
+
+
+def test_the_guard_names_every_rule_that_flagged_a_run():
+    """One line per verdict, each rule with its figures: core 1 saturated in 25 % of the samples, 10 of 50
+    starved (Wilson lower bound 11.2 %), 12 % steal; a valid run's reason is empty, a run without samples
+    has no verdict."""
+    from testbed.report.summary import guard_reasons
+    sat = {"cpu_bound": True, "cpu_worst_core": 1, "cpu_saturated_share": 0.25}
+    bound, why = guard_reasons(sat, 50, 10, 3, 0.12)
+    assert bound is True and why == ("core 1 saturated by the lab in 25% of the samples (flagged from 20%); "
+                                     "shapers starved of CPU in 10 of 50 backlogged samples (3 during steal; 95 % "
+                                     "lower bound 11.2% > 5%); the hypervisor took 12% of the machine's CPU time "
+                                     "(flagged from 10%)")
+    assert guard_reasons(dict(sat, cpu_bound=False), 25, 2, 0, 0.01) == (False, "")
+    assert guard_reasons({"cpu_bound": None}, 0, 0, 0, math.nan) == (None, "")
 
 
 def test_a_starved_sample_during_hypervisor_steal_is_counted_as_stolen():

@@ -7,9 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from testbed import runner
-
-from conftest import make_scenario, run_had
+from conftest import guarded_run, make_scenario, run_had
 
 pytestmark = pytest.mark.e2e
 
@@ -22,7 +20,7 @@ def test_a_dilated_run_reports_real_units(tmp_path):
                          traffic={"engine": "udp", "pattern": "pairs", "pairs": [["h0", "h2"]], "flow_size": "1MB"},
                          telemetry={"interval": "100us"})
     assert scen.topology.host_link.rate == 25_000_000 and scen.duration == 4 * 10**9
-    d, row = runner.run(scen, tmp_path / "run")
+    d, row = guarded_run(scen, tmp_path / "run")
     flows = pd.read_csv(d / "flows.csv")
     f = flows.iloc[0]
     assert f["complete"] and f["fct_real_s"] == pytest.approx(f["fct_s"] / 1000)

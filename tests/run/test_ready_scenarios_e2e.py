@@ -7,16 +7,16 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from testbed import runner, scenario
+from testbed import scenario
 
-from conftest import ROOT, run_had
+from conftest import ROOT, guarded_run, run_had
 
 pytestmark = pytest.mark.e2e
 
 
 def _run(tmp_path, name: str, tag: str, *sets: str):
     """Run scenarios/NAME.yaml with ``--set`` overrides; the run's links, flows and summary."""
-    d, row = runner.run(scenario.load(ROOT / "scenarios" / f"{name}.yaml", sets), tmp_path / tag)
+    d, row = guarded_run(scenario.load(ROOT / "scenarios" / f"{name}.yaml", sets), tmp_path / tag)
     return pd.read_csv(d / "links.csv"), pd.read_csv(d / "flows.csv"), row
 
 
@@ -132,7 +132,7 @@ def test_more_qps_per_connection_shorten_the_ring_allreduce(tmp_path):
                                  "switch.hash_fields=[src_ip,dst_ip,sport,dport,proto,roce_qp]")}
     jct, imb = {}, {}
     for name, sets in runs.items():
-        d, row = runner.run(scenario.load(ROOT / "scenarios" / "qp-scaling.yaml", sets), tmp_path / name)
+        d, row = guarded_run(scenario.load(ROOT / "scenarios" / "qp-scaling.yaml", sets), tmp_path / name)
         ops, fl = pd.read_csv(d / "collectives.csv"), pd.read_csv(d / "flows.csv")
         # rto auto: no spurious timeout. Retransmits are not asserted 0: about one run in ten a packet of some
         # QP arrives out of order (veth hands frames to per-CPU backlogs; docs/architecture.md §4, Links and timing) and
@@ -154,8 +154,8 @@ def test_spraying_shortens_the_pairwise_all_to_all_on_two_rails(tmp_path):
     cpu_bound on a 2-core machine — 16 Python agents — and the ratio held regardless.)"""
     jct, imb = {}, {}
     for lb in ("ecmp", "spray"):
-        d, row = runner.run(scenario.load(ROOT / "scenarios" / "alltoall-multirail.yaml",
-                                          [f"switch.load_balancing={lb}"]), tmp_path / lb)
+        d, row = guarded_run(scenario.load(ROOT / "scenarios" / "alltoall-multirail.yaml",
+                                           [f"switch.load_balancing={lb}"]), tmp_path / lb)
         ops = pd.read_csv(d / "collectives.csv")
         assert len(ops) == 3 and ops["jct_ms"].notna().all(), ops
         a2a = ops[ops["job"] == "a2a"]

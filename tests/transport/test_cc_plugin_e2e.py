@@ -11,9 +11,9 @@ import sys
 import pandas as pd
 import pytest
 
-from testbed import runner, scenario
+from testbed import scenario
 
-from conftest import ROOT
+from conftest import ROOT, guarded_run
 
 pytestmark = pytest.mark.e2e
 
@@ -55,7 +55,7 @@ def test_an_installed_plugin_cc_runs_an_8_to_1_incast(aimd_installed, tmp_path):
         "traffic": {"engine": "roce", "pattern": "incast", "incast": {"receiver": "h0", "senders": 8},
                     "flow_size": "128KB", "receiver": "ooo", "cc": "aimd", "cc_params": {"beta": 0.7},
                     "roce": {"rto": "50ms"}}})
-    d, row = runner.run(scen, tmp_path / "aimd")
+    d, row = guarded_run(scen, tmp_path / "aimd")
     flows, cc = pd.read_csv(d / "flows.csv"), pd.read_csv(d / "cc.csv")
     links = pd.read_csv(d / "links.csv")
     span = flows["end_s"].max() - flows["start_s"].min()

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from testbed import runner, scenario
+from testbed import scenario
 from testbed.report import write_report
+
+from conftest import guarded_run
 
 pytestmark = pytest.mark.e2e
 
@@ -19,7 +21,7 @@ def test_poisson_alistorage_flows_complete_with_their_slowdown(tmp_path):
                         "fabric_link": {"rate": "40mbit", "buffer": "256KB"}},
            "traffic": {"engine": "tcp", "pattern": "poisson", "load": 0.3, "size_dist": "alistorage",
                        "arrival_window": "1.5s"}}
-    d, row = runner.run(scenario.from_dict(doc), tmp_path / "run")
+    d, row = guarded_run(scenario.from_dict(doc), tmp_path / "run")
     flows = pd.read_csv(d / "flows.csv")
     print(f"\n[poisson] {len(flows)} flows, completed {row['flows_completed']}, slowdown p50 "
           f"{row['slowdown_p50']:.2f} p99 {row['slowdown_p99']:.2f}, by size "

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from testbed import runner, scenario
+from testbed import scenario
 
-from conftest import ROOT, make_scenario
+from conftest import ROOT, guarded_run, make_scenario
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +29,7 @@ def test_transfers_start_when_their_dependencies_arrived(tmp_path):
                          topology={"spines": 2, "leaves": 2, "hosts_per_leaf": 2,
                                    "host_link": {"rate": "20mbit"}, "fabric_link": {"rate": "20mbit"}},
                          traffic={"engine": "roce", "replay": str(tmp_path / "s.csv")})
-    d, row = runner.run(scen, tmp_path / "run")
+    d, row = guarded_run(scen, tmp_path / "run")
     flows = pd.read_csv(d / "flows.csv").set_index("transfer")
     assert flows["complete"].all() and len(flows) == 5
     assert flows.loc["e", "tag"] == "y" and flows.loc["a", "tag"] == "x"
@@ -51,7 +51,7 @@ def test_transfers_start_when_their_dependencies_arrived(tmp_path):
 
 
 def _jct(tmp_path, name: str) -> tuple[float, dict]:
-    d, row = runner.run(scenario.load(ROOT / "scenarios" / f"{name}.yaml"), tmp_path / name)
+    d, row = guarded_run(scenario.load(ROOT / "scenarios" / f"{name}.yaml"), tmp_path / name)
     ops = pd.read_csv(d / "collectives.csv")
     assert len(ops) == 1 and ops["jct_ms"].notna().all(), ops
     return float(ops["jct_ms"].iloc[0]), row
@@ -79,9 +79,9 @@ def test_poisson_background_runs_beside_a_collective_and_slows_it(tmp_path):
                              traffic={"engine": "roce", "roce": {"rto": "500ms"},
                                       "jobs": [{"name": "ring", "pattern": "allreduce", "bytes": "512KB",
                                                 "hosts": ["h0", "h2", "h1", "h3"]}], **traffic})
-    alone_dir, _ = runner.run(scen(), tmp_path / "alone")
-    d, row = runner.run(scen(pattern="poisson", load=0.4, size_dist="alistorage", arrival_window="1s"),
-                        tmp_path / "bg")
+    alone_dir, _ = guarded_run(scen(), tmp_path / "alone")
+    d, row = guarded_run(scen(pattern="poisson", load=0.4, size_dist="alistorage", arrival_window="1s"),
+                         tmp_path / "bg")
     alone = pd.read_csv(alone_dir / "collectives.csv")
     ops = pd.read_csv(d / "collectives.csv")
     flows = pd.read_csv(d / "flows.csv")
