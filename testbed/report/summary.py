@@ -15,8 +15,8 @@ The definitions that need care:
   imbalanced, only uneven spreading does. ``uplink_imbalance_max`` is the worst leaf.
 - **Starved samples**: the direct sign that the emulator, not the fabric, was the bottleneck: a port that had a
   full interval of work (backlog at the start + bytes offered ≥ rate × interval), was still backlogged at the
-  end, was neither paused nor waiting for credit, yet delivered less than 95 % of its rate — its shaper was
-  starved of CPU. A starved sample is *stolen* when the hypervisor took ≥ 5 % of the machine's time in a CPU
+  end, was neither paused nor waiting for credit, yet delivered less than 95 % of its rate, and short of it by
+  more than one of its frames — its shaper was starved of CPU. A starved sample is *stolen* when the hypervisor took ≥ 5 % of the machine's time in a CPU
   guard sample overlapping its interval (``cpu_steal``): then the shortfall is the host's, not the lab's load.
 """
 from __future__ import annotations
@@ -153,7 +153,10 @@ def starved(links_df: pd.DataFrame, steal: list | None = None) -> tuple[int, int
                 & (waited <= 0)
                 & (prev + g["offered_bytes"] >= cap))
         backlogged += int(busy.sum())
-        hungry = busy & (g["util"] < STARVED_UTIL)
+        # one frame short is the sample's boundary cutting a frame, not a starved shaper: at 1 Mbit/s and 100 ms
+        # a sample holds 5.6 frames of 2,214 B, so 5 whole ones read 0.89 (the frame: this port's mean)
+        frame = (g["bytes"].astype(float) / g["packets"].where(g["packets"] > 0)).fillna(FULL_FRAME)
+        hungry = busy & (g["util"] < STARVED_UTIL) & (g["bytes"].astype(float) + frame < STARVED_UTIL * cap)
         starving += int(hungry.sum())
         if steal:
             stolen += sum(stolen_interval(steal, t - iv, t) for t, iv in zip(g.loc[hungry, "time_s"].astype(float),

@@ -242,7 +242,8 @@ def _tx(port, backlogs, utils, offered, paused=0.0, **extra):
     rows = []
     for i, (b, u, o) in enumerate(zip(backlogs, utils, offered)):
         rows.append(dict(time_s=(i + 1) * IV, switch="leaf0", port=port, peer=port, direction="tx", role="up",
-                         rate_bps=RATE, bytes=int(u * RATE * IV / 8), packets=1, interval_s=IV, backlog_bytes=b,
+                         rate_bps=RATE, bytes=int(u * RATE * IV / 8), packets=max(1, int(u * RATE * IV / 8 / 1514)),
+                         interval_s=IV, backlog_bytes=b,
                          offered_bytes=o, paused_s=paused, **extra))
     return rows
 
@@ -276,6 +277,20 @@ def test_the_guard_names_every_rule_that_flagged_a_run():
                                      "(flagged from 10%)")
     assert guard_reasons(dict(sat, cpu_bound=False), 25, 2, 0, 0.01) == (False, "")
     assert guard_reasons({"cpu_bound": None}, 0, 0, 0, math.nan) == (None, "")
+
+
+def test_a_slow_port_one_frame_short_of_its_rate_is_not_starved():
+    """1 Mbit/s, 100 ms samples: 12,500 B per sample, 11,875 B at 95 %. A backlogged port that delivered 5
+    frames of 2,214 B (11,070 B, util 0.886) lost the sixth to the sample's boundary: not starved (11,070 +
+    2,214 ≥ 11,875); 4 frames (8,856 B, 0.708) is: 8,856 + 2,214 = 11,070 < 11,875."""
+    def row(frames):
+        return dict(time_s=0.1, switch="leaf0", port="spine0", peer="spine0", direction="tx", role="up",
+                    rate_bps=1_000_000, bytes=frames * 2214, packets=frames, interval_s=0.1,
+                    util=frames * 2214 * 8 / 1e5, backlog_bytes=20_000, offered_bytes=12_500, paused_s=0.0)
+    from testbed.report.summary import starved
+    for frames, hungry in ((5, 0), (4, 1)):
+        first = dict(row(6), time_s=0.0)
+        assert starved(rp.links_frame([first, row(frames)])) == (1, hungry, 0), frames
 
 
 def test_a_starved_sample_during_hypervisor_steal_is_counted_as_stolen():
