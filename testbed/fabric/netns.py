@@ -204,14 +204,20 @@ def adopt(sources: dict[str, str]) -> dict[str, socket.socket]:
 
 def delete(names: Iterable[str]) -> None:
     """Unmount and unlink; the kernel frees a namespace (and its veths) when nothing holds it."""
+    stuck = []
     for n in names:
         p = path(n)
-        if os.path.ismount(p):
-            _libc.umount2(p.encode(), MNT_DETACH)
+        for _ in range(8):               # a file mounted twice (a concurrent `ip netns` bind) needs two unmounts
+            if not os.path.ismount(p) or _libc.umount2(p.encode(), MNT_DETACH) != 0:
+                break
         try:
             os.unlink(p)
         except FileNotFoundError:
             pass
+        except OSError as e:
+            stuck.append(f"{n} ({e.strerror})")
+    if stuck:                            # the others are gone; these stay for `testbed clean`
+        raise NetnsError(f"cannot remove namespace(s) {', '.join(stuck)}; `testbed clean` retries")
 
 
 def enter(name: str) -> None:
