@@ -94,11 +94,22 @@ def test_the_federation_takes_a_sealed_reply_and_drops_an_altered_one():
         good.shutdown()
         bad.shutdown()
     assert res["rejected"] == {"forged": 2, "replayed": 0} and res["missed"] == {"m0": 0, "m1": 1}
+    assert fed.degradations() == ["metrics: m1's reply to 1 of 1 scrape(s) did not verify under the run's key "
+                                  "(forged or altered on the way: dropped, its samples missing from them)"]
 
 
 def test_a_bare_port_binds_only_this_machine():
+    import socket
     assert live.parse_address("9464") == ("127.0.0.1", 9464)
     assert live.parse_address("198.19.255.1:9464") == ("198.19.255.1", 9464)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    fed = live.FabricFederation("r1", str(port))           # `--metrics PORT`: the endpoint listens on loopback
+    try:
+        assert fed.server.socket.getsockname() == ("127.0.0.1", port)
+    finally:
+        fed.close()
 
 
 # ---- an SM agent's table port (routing/manager.py): what reaches it from the underlay
