@@ -71,5 +71,10 @@ class Channel:
         self.last[sender] = seq
         return payload
 
+    def refuse(self) -> None:
+        """Count as forged what cannot even be opened: a message cut short (its connection ended inside it) or
+        longer than any the run sends."""
+        self.forged += 1
+
     def counts(self) -> dict:
         return {"forged": self.forged, "replayed": self.replayed}

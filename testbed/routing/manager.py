@@ -61,6 +61,8 @@ WATCH_POLL_S = 0.05                  # the longest the agent sleeps between chec
 FLOOD_REFRESH_S = 1.0                # over several machines: link state is flooded again this often unchanged
 MAX_CHANGES = 500                    # change records kept (a flapping link must not grow the results unbounded)
 TABLES_TIMEOUT_S = 30.0              # the SM waits this long for another machine to acknowledge its tables
+MAX_TABLE_LINE = 64 << 20            # an SMA drops a connection whose line grows beyond this (a 1,024-host
+                                     # fabric's initial tables are a few MB)
 
 
 class RoutingAgentFailed(HelperFailed):
@@ -267,6 +269,7 @@ class RoutingAgent(ForkedHelper):
             self.flood_endpoint = self.flood.getsockname()
             if self.sm:
                 self.tables = socket.create_server((self.flood_address, 0))
+                self.tables.setblocking(False)   # accepted when readable: a peer gone meanwhile cannot block it
                 self.tables_endpoint = self.tables.getsockname()
 
     def start(self) -> None:
@@ -498,30 +501,67 @@ class _Agent:
         return reply["entries"]
 
     def _serve_tables(self, fd: int) -> None:
-        """An SMA: accept the SM's connection, or write the tables it sent and acknowledge them."""
+        """An SMA: accept a connection to its table port, or take what arrived on one. Each complete line is a
+        message: the SM's tables are written and acknowledged; anything else (forged, altered, replayed, or cut
+        short by the connection's end) is dropped, counted and never answered. Reads never block, and a reset is
+        the connection's end: whoever reaches the port on the underlay can neither hold the agent's loop (a line
+        left unfinished) nor end it."""
         if fd == self.o.tables.fileno():
-            conn, _ = self.o.tables.accept()
-            conn.settimeout(TABLES_TIMEOUT_S)
-            self.serving[conn.fileno()] = (conn, conn.makefile("rwb"))
+            try:
+                conn, _ = self.o.tables.accept()
+            except OSError:                        # gone before it was accepted
+                return
+            conn.setblocking(False)
+            self.serving[conn.fileno()] = (conn, bytearray())
             self.fds.append(conn.fileno())
             return
-        conn, f = self.serving[fd]
-        line = f.readline()
-        if not line:                               # the SM closed it
+        conn, buf = self.serving[fd]
+        ended = False
+        while not ended:
+            try:
+                data = conn.recv(1 << 20)
+            except BlockingIOError:
+                break
+            except OSError:                        # reset by the peer: its end
+                data = b""
+            ended = not data
+            buf += data
+            while (cut := buf.find(b"\n")) >= 0:
+                line = bytes(buf[:cut])
+                del buf[:cut + 1]
+                if not self._take_table(conn, line):
+                    buf.clear()                    # the connection is dropped: nothing after it was cut
+                    ended = True
+                    break
+            if len(buf) > MAX_TABLE_LINE:
+                self.channels["tables"].refuse()
+                buf.clear()
+                ended = True
+        if ended:
+            if buf:                                # a message the connection's end cut short
+                self.channels["tables"].refuse()
             self.fds.remove(fd)
             del self.serving[fd]
-            f.close()
             conn.close()
-            return
-        payload = self._open("tables", line.rstrip(b"\n"))
+
+    def _take_table(self, conn, line: bytes) -> bool:
+        """One line from the table port: write and acknowledge it if it is the SM's. False when the
+        acknowledgement could not be sent (the connection is then dropped: the SM reconnects)."""
+        payload = self._open("tables", line)
         if payload is None:                        # not the run's SM: nothing is written, nothing answered
-            return
+            return True
         msg = json.loads(payload)
         n = apply_tables(self.bpf, self.whole, {(sw, addr): tuple(p) for sw, addr, p in msg["put"]},
                          [tuple(k) for k in msg["del"]], self.max_nh)
         self.tables_taken += n
-        f.write(self._seal("tables-ack", json.dumps({"entries": n}).encode()) + b"\n")
-        f.flush()
+        try:
+            conn.settimeout(TABLES_TIMEOUT_S)
+            conn.sendall(self._seal("tables-ack", json.dumps({"entries": n}).encode()) + b"\n")
+            conn.setblocking(False)
+        except OSError as e:
+            self.errors.append(f"acknowledging tables: {e.strerror or e}")
+            return False
+        return True
 
     # ---- routing
 

@@ -194,6 +194,10 @@ class MetricsExporter(ForkedHelper):
 FETCH_TIMEOUT_S = 2.0        # a machine's exporter that has not answered by then is reported down for that scrape
 
 
+class Unsealed(ValueError):
+    """A machine's metrics reply that does not verify under the run's key for the request it answers."""
+
+
 class FabricFederation:
     """The one metrics endpoint of a fabric over several machines, served by a thread of the driver: every scrape
     fetches each machine's exporter afresh and serves their families merged, with the names and labels of one
@@ -211,6 +215,7 @@ class FabricFederation:
         self.machines: dict[str, tuple[str, int]] = {}
         self.scrapes = 0
         self.missed: dict[str, int] = {}
+        self.unsealed: dict[str, int] = {}         # … of which their reply did not verify (dropped)
         self.results: dict | None = None           # once closed
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)
@@ -224,18 +229,19 @@ class FabricFederation:
         """Start serving, from the machines' exporters (machine name → its endpoint)."""
         self.machines = dict(machines)
         self.missed = {m: 0 for m in machines}
+        self.unsealed = {m: 0 for m in machines}
         self._thread = threading.Thread(target=self.server.serve_forever, name="metrics-federation", daemon=True)
         self._thread.start()
 
     def _fetch(self, endpoint: tuple[str, int]) -> str:
-        """A machine's metrics; ValueError when its reply is not sealed by the run's key for this request."""
+        """A machine's metrics; Unsealed when its reply is not sealed by the run's key for this request."""
         nonce = secrets.token_hex(8)
         url = f"http://{endpoint[0]}:{endpoint[1]}/metrics" + (f"?nonce={nonce}" if self.channel else "")
         with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as r:
             body, head = r.read(), r.headers.get(SEAL_HEADER, "")
         sealed = head.encode() + b" " + body
         if self.channel is not None and self.channel.open(sealed, context=nonce.encode()) is None:
-            raise ValueError(f"the reply of {endpoint[0]}:{endpoint[1]} is not sealed by this run")
+            raise Unsealed(f"the reply of {endpoint[0]}:{endpoint[1]} is not sealed by this run")
         return body.decode()
 
     def collect(self):
@@ -248,8 +254,9 @@ class FabricFederation:
         for machine, endpoint in self.machines.items():
             try:
                 families = list(text_string_to_metric_families(self._fetch(endpoint)))
-            except (OSError, http.client.HTTPException, ValueError):
+            except (OSError, http.client.HTTPException, ValueError) as e:
                 self.missed[machine] += 1
+                self.unsealed[machine] = self.unsealed.get(machine, 0) + isinstance(e, Unsealed)
                 up.add_metric([self.lab, machine], 0)
                 continue
             up.add_metric([self.lab, machine], 1)
@@ -277,5 +284,13 @@ class FabricFederation:
         return self.results
 
     def degradations(self) -> list[str]:
-        return [f"metrics: {m}'s exporter did not answer {n} of {self.scrapes} scrape(s) (its samples were missing "
-                f"from them)" for m, n in self.missed.items() if n]
+        out = []
+        for m, n in self.missed.items():
+            bad = self.unsealed.get(m, 0)
+            if n > bad:
+                out.append(f"metrics: {m}'s exporter did not answer {n - bad} of {self.scrapes} scrape(s) (its "
+                           f"samples were missing from them)")
+            if bad:
+                out.append(f"metrics: {m}'s reply to {bad} of {self.scrapes} scrape(s) did not verify under the "
+                           f"run's key (forged or altered on the way: dropped, its samples missing from them)")
+        return out

@@ -2,9 +2,11 @@
 distributed sweeps (and a machine dying mid-sweep: its run retried once on the other), and one fabric split over
 both machines (pings across the cut, the default scenario against one machine, spray over cut uplinks, a
 lossless PFC incast across the cut, a part's actor killed mid-run, INT, captures and a collective across the
-cut, and a local and a cluster run of one scenario writing the same files, columns and manifest keys). The machine-death test is the last: it leaves one machine."""
+cut, a local and a cluster run of one scenario writing the same files, columns and manifest keys, and forged,
+replayed and altered control messages injected from the underlay: dropped and counted). The machine-death test is the last: it leaves one machine."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -542,6 +544,285 @@ def test_up_over_the_cluster_serves_metrics_until_down(cluster):
             return True
         return False
     assert wait_for(refused, timeout=10.0)
+
+
+# ---------------------------------------------------------------- sealed control channels under attack
+
+def _bound_sockets(pid: int) -> dict[str, list[tuple[str, int]]]:
+    """The listening TCP and the bound UDP sockets that process ``pid`` holds (its own descriptors, looked up
+    in its network namespace's tables): {"tcp": [(address, port)], "udp": [...]}."""
+    import socket
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:["):-1])
+    out: dict[str, list[tuple[str, int]]] = {"tcp": [], "udp": []}
+    for proto, state in (("tcp", "0A"), ("udp", "07")):           # LISTEN; UDP's "closed" = bound, unconnected
+        for line in Path(f"/proc/{pid}/net/{proto}").read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == state and f[9] in inodes:
+                ip, port = f[1].split(":")
+                out[proto].append((socket.inet_ntoa(bytes.fromhex(ip)[::-1]), int(port, 16)))
+    return out
+
+
+class _Sniffer:
+    """tcpdump on the root namespace's end of a machine's underlay link: the UDP datagrams from ``src`` to ``dst``
+    (the VXLAN links' aside), each as (IP packet, destination port, UDP payload) the moment it passes."""
+
+    def __init__(self, iface: str, src: str, dst: str):
+        import threading
+        self.proc = subprocess.Popen(["tcpdump", "-i", iface, "-n", "-U", "-s", "0", "-w", "-",
+                                      f"udp and src host {src} and dst host {dst} and not port 4789"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.got: list[tuple[bytes, int, bytes]] = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        import struct
+        f = self.proc.stdout
+        if len(f.read(24)) < 24:                                    # the pcap file header (Ethernet frames)
+            return
+        while len(rec := f.read(16)) == 16:
+            caplen = struct.unpack("=IIII", rec)[2]
+            ip = f.read(caplen)[14:]
+            ihl, total = (ip[0] & 0xF) * 4, struct.unpack("!H", ip[2:4])[0]
+            ip = ip[:total]
+            self.got.append((ip, struct.unpack("!H", ip[ihl + 2:ihl + 4])[0], ip[ihl + 8:]))
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.thread.join(5)
+
+
+def _on_the_wire(ip: bytes) -> bytes:
+    """A captured IPv4/UDP packet as it is on a wire: its UDP checksum filled in (a veth leaves it to an offload
+    that never happens, and the receiver of a packet sent again through a raw socket would drop it)."""
+    import struct
+    ihl = (ip[0] & 0xF) * 4
+    udp = bytearray(ip[ihl:])
+    udp[6:8] = b"\0\0"
+    data = ip[12:20] + struct.pack("!BBH", 0, 17, len(udp)) + bytes(udp) + b"\0" * (len(udp) % 2)
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    udp[6:8] = struct.pack("!H", (~total & 0xFFFF) or 0xFFFF)
+    return ip[:ihl] + bytes(udp)
+
+
+class _MetricsMitm:
+    """A man in the middle of the driver's fetches from one machine's exporter: a DNAT rule in the nat OUTPUT
+    chain of the root namespace, where the driver runs, sends its connections to the exporter to this proxy (whose
+    own connections carry a mark the rule skips). The proxy hands the first reply on as it came, flips a digit
+    of a sample's value in the second's body, and serves the first reply again for the third request."""
+
+    MARK = 0x4654
+    ACTS = ("pass", "alter", "replay")
+
+    def __init__(self, exporter: tuple[str, int]):
+        import socket
+        import threading
+
+        from testbed.cluster import local
+        self.exporter = exporter
+        self.server = socket.create_server((local.DRIVER_ADDRESS, 0))
+        self.server.settimeout(30)
+        at = "%s:%d" % self.server.getsockname()
+        self.rule = ["OUTPUT", "-d", f"{exporter[0]}/32", "-p", "tcp", "--dport", str(exporter[1]), "-m", "mark",
+                     "!", "--mark", hex(self.MARK), "-m", "comment", "--comment", "ftb e2e: metrics MITM",
+                     "-j", "DNAT", "--to-destination", at]
+        self.done: list[str] = []
+        self.altered: tuple[bytes, bytes] | None = None
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self):
+        subprocess.run(["iptables", "-t", "nat", "-I", *self.rule], check=True, capture_output=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        import socket
+        subprocess.run(["iptables", "-t", "nat", "-D", *self.rule], check=True, capture_output=True)
+        if self.thread.is_alive():                                     # fewer fetches came: end its accept
+            self.thread.join(2)
+            with contextlib.suppress(OSError):
+                self.server.shutdown(socket.SHUT_RDWR)
+        self.thread.join(5)
+        self.server.close()
+
+    def _fetch(self, request: bytes) -> bytes:
+        import socket
+        with socket.socket() as up:
+            up.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, self.MARK)
+            up.settimeout(10)
+            up.connect(self.exporter)
+            up.sendall(request)
+            reply = b""
+            while chunk := up.recv(1 << 16):
+                reply += chunk
+        return reply
+
+    def _alter(self, reply: bytes) -> bytes:
+        """One digit of the first ftb_port_tx_bytes_total sample's value changed: the reply stays well-formed."""
+        head, sep, body = reply.partition(b"\r\n\r\n")
+        at = body.index(b"\nftb_port_tx_bytes_total{") + 1
+        end = body.index(b"\n", at)
+        value_at = body.rindex(b" ", at, end) + 1
+        i = next(j for j in range(value_at, end) if body[j:j + 1].isdigit())
+        new = str((int(body[i:i + 1]) + 1) % 10).encode()
+        self.altered = (body[at:end], body[at:i] + new + body[i + 1:end])
+        return head + sep + body[:i] + new + body[i + 1:]
+
+    def _serve(self) -> None:
+        first = None
+        for act in self.ACTS:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    request += conn.recv(1 << 16)
+                if act == "replay":
+                    reply = first                                  # stale: sealed for another request
+                else:
+                    reply = self._fetch(request)
+                    if act == "pass":
+                        first = reply
+                    else:
+                        reply = self._alter(reply)
+                conn.sendall(reply)
+            self.done.append(act)
+
+
+@pytest.mark.slow
+def test_forged_tables_a_replayed_flood_and_altered_metrics_are_dropped_and_counted_and_the_fabric_routes(
+        cluster, tmp_path):
+    """One run under SM routing over both machines (link-failure: leaf0–spine1 down at 1 s and up at 2 s, the
+    link and its switches on m1, the SM on m0; live metrics at a bare port) while this process attacks its
+    control channels from the underlay, as anyone on it could:
+
+    - **forged tables** to m1's SM agent (its table port found from its process's sockets): every destination of
+      leaf0 and spine1 sent into the failing link, as a well-formed JSON line without a MAC, one sealed under
+      another key, and one cut short by a reset — none answered, none written;
+    - **a replayed flood**: m1's flood saying leaf0–spine1 is down, captured off the underlay while it was,
+      sent again to the SM once m1 has flooded it up — from this process's own socket and as the very packet
+      (its source address m1's);
+    - **altered metrics**: a proxy in the driver's path to m1's exporter (a DNAT rule) passes one reply, alters a
+      digit of the next and serves the first again for a third scrape — m1 reads as down in those two.
+
+    The run completes; the fabric routed as it does unattacked (the SM's sweeps are exactly those of the two
+    real events; every flow delivers its rate, losing only what it sent into the dead port); the manifest
+    counts exactly what was injected; the metrics endpoint of a bare port listens on 127.0.0.1 only."""
+    import socket
+    import struct
+
+    import pandas as pd
+    from conftest import free_port, scrape, wait_for
+    from testbed import scenario, topology
+    from testbed.auth import Channel, new_key
+    from testbed.cluster import local
+    m0, m1 = local.machine_address(0), local.machine_address(1)
+    port = free_port()
+    out = tmp_path / "attacked"
+    sniffer = _Sniffer(local.machine_ns(1), m1, m0)             # m1's datagrams to m0 (the floods, VXLAN aside)
+    t_start = time.monotonic()
+    proc = subprocess.Popen([*TESTBED, "run", "scenarios/link-failure.yaml", "--cluster", "auto", "--out", str(out),
+                             "--metrics", str(port), "--set", "switch.routing=sm", "--set", "duration=4s",
+                             "--set", "placement.strategy=manual", "--set",
+                             "placement.assign={leaf0: 1, spine1: 1, leaf1: 0, spine0: 0, spine2: 0, spine3: 0}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def helpers() -> dict[str, dict[str, int]]:
+            return {st["name"][-2:]: {h["name"]: h["pid"] for h in st.get("helpers", [])} for st in _part_labs()}
+        # the parts built, the SM has programmed m1 (the exporters start after that), the driver serves metrics
+        assert wait_for(lambda: proc.poll() is None and all(
+            "metrics-exporter" in h for h in helpers().values()) and len(helpers()) == 2, 120, 0.1), \
+            "the parts were not built"
+        hs = helpers()
+        sm_flood = next(a for a in _bound_sockets(hs["m0"]["subnet-manager"])["udp"] if a[0] == m0)
+        (tables,) = _bound_sockets(hs["m1"]["subnet-manager"])["tcp"]
+        (exporter,) = _bound_sockets(hs["m1"]["metrics-exporter"])["tcp"]
+        assert wait_for(lambda: ("127.0.0.1", port) in _bound_sockets(proc.pid)["tcp"], 30, 0.1)
+        assert not [a for a in _bound_sockets(proc.pid)["tcp"] if a[1] == port and a[0] != "127.0.0.1"]
+        assert tables[0] == exporter[0] == m1
+
+        # (a) forged tables: every destination at m1's switches into the leaf0–spine1 link
+        topo = topology.build(scenario.load("scenarios/link-failure.yaml").topology)
+        dead = {p.node: p.ifindex for sw in ("leaf0", "spine1") for p in topo.ports[sw]
+                if {p.node, p.peer_node} == {"leaf0", "spine1"}}
+        forged = json.dumps({"put": [[sw, topo.address(h), [dead[sw]]] for sw in dead for h in topo.hosts],
+                             "del": []}).encode()
+        for line in (forged + b"\n", Channel(new_key(), "tables").seal(forged) + b"\n"):
+            with socket.create_connection(tables, timeout=5) as c:
+                c.sendall(line)
+                c.settimeout(0.5)
+                with pytest.raises(socket.timeout):                   # never answered
+                    c.recv(4096)
+        with socket.create_connection(tables, timeout=5) as c:         # half a line, then a reset
+            c.sendall(Channel(new_key(), "tables").seal(forged)[:200])
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+        # (c) altered metrics: m1 up, then dropped twice (altered, replayed), up again without the proxy
+        def m1_up() -> float:
+            got = scrape(f"127.0.0.1:{port}")
+            up = {dict(ls)["machine"]: v for (n, ls), v in got.items() if n == "ftb_machine_up"}
+            assert up["m0"] == 1.0, up
+            return up["m1"]
+        with _MetricsMitm(exporter) as mitm:
+            seen = [m1_up() for _ in mitm.ACTS]
+        seen.append(m1_up())
+        assert mitm.done == list(mitm.ACTS) and seen == [1.0, 0.0, 0.0, 1.0], (mitm.done, seen)
+
+        # (b) the replayed flood: m1's last flood saying the link is down, once m1 has flooded it up again
+        def floods() -> list[tuple[bytes, bytes, dict]]:
+            return [(ip, data, json.loads(data.partition(b" ")[2])) for ip, dport, data in list(sniffer.got)
+                    if dport == sm_flood[1]]
+        assert wait_for(lambda: any(f["down"] for *_, f in floods()) and not floods()[-1][2]["down"], 60, 0.02), \
+            [f for *_, f in floods()]
+        most = max(len(f["down"]) for *_, f in floods())       # (the ports go down and up one by one)
+        ip, data, claim = next(f for f in reversed(floods()) if len(f[2]["down"]) == most)
+        assert set(claim["down"]) == {dead["leaf0"], dead["spine1"]}
+        t_replay = time.monotonic() - t_start
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:     # from this process's own socket
+            s.sendto(data, sm_flood)
+        with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW) as s:    # the very packet
+            s.sendto(_on_the_wire(ip), (m0, 0))
+        assert proc.poll() is None, "the run ended before the replay"
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        sniffer.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    took = time.monotonic() - t_start
+    assert proc.returncode == 0, stderr
+    m = json.loads((out / "manifest.json").read_text())
+    routing, metrics = m["routing"], m["metrics"]
+    sm, fail, flows = (pd.read_csv(out / f) for f in ("sm.csv", "failures.csv", "flows.csv"))
+    print(f"\n[attacked] run {took:.1f} s, replay at {t_replay:.1f} s; routing.rejected {routing['rejected']}, "
+          f"metrics.rejected {metrics['rejected']}, missed {metrics['missed']}; sm.csv {list(sm['kind'])}; "
+          f"rerouted_ms {[round(x * 1e3, 2) for x in fail['rerouted_s']]}; flows lost {flows['lost'].tolist()}; "
+          f"altered {mitm.altered}")
+    assert routing["rejected"] == {"forged": 3, "replayed": 2}      # 2 forged tables + 1 cut short; 2 replays
+    assert metrics["rejected"] == {"forged": 2, "replayed": 0}      # a stale reply's nonce is another's: forged
+    assert metrics["missed"] == {"m0": 0, "m1": 2} and metrics["address"] == str(port)
+    assert any("m1's reply to 2 of" in d and "did not verify" in d for d in m["degradations"]), m["degradations"]
+    # routed as unattacked: only the two real events' sweeps, each within a sweep interval plus the exchange;
+    # every packet lost was lost to them (what a flow sent meanwhile into the dead port or the rewritten
+    # tables), every flow delivered its rate — forged tables would have black-holed whole flows
+    assert list(sm["kind"]) == ["initial", "sweep", "sweep"] and len(routing["changes"]) == 3
+    assert len(fail) == 2 and fail["rerouted_s"].notna().all() and (fail["rerouted_s"] < 0.010 + 0.05).all()
+    assert len(flows) == 8 and flows["lost"].sum() == fail["lost_packets"].sum()
+    assert (flows["lost"] <= 1.2 * PKT_RATE * fail["rerouted_s"].max() + 4).all()
+    assert (flows["goodput_mbps"] > 0.9 * 4.0).all(), flows["goodput_mbps"].tolist()
 
 
 def test_container_hosts_on_both_machines_carry_a_permutation_and_are_removed(cluster, tmp_path):
