@@ -65,6 +65,7 @@ def summarize_reactions(samples: dict) -> dict:
     for key in ("reaction_us", "apply_us", "leaked"):
         xs = samples.get(key) or []
         out[key] = {"n": len(xs), "p50": _pct(xs, 50), "p99": _pct(xs, 99), "max": max(xs) if xs else None}
+    out["late"] = samples.get("late") or {"events": 0, "leaked_max": 0, "headroom_frames": None, "reaction_us": None}
     return out
 
 
@@ -149,6 +150,7 @@ class _Agent:
         self.egress_since: dict[tuple[int, int], int] = {}
         self.kicked: dict[tuple[int, int], int] = {}                 # (port, prio) → kick frames sent through it
         self.samples = {"reaction_us": [], "apply_us": [], "leaked": []}
+        self.late = {"events": 0, "leaked_max": 0, "headroom_frames": None, "reaction_us": None}  # see _judge
         self.errors: list[str] = []
         self.degradations: list[str] = []
         self.resyncs = 0
@@ -166,11 +168,13 @@ class _Agent:
             interval = min(sw.qos(t).credit.update_interval for t in owner.topo.tiers if sw.qos(t).credit.enabled)
             self.credits = CreditMeter(self, interval)
         self.xon = {}
+        self.headroom = {}        # switch → bytes a lossless ingress holds after Xoff (what covers the reaction)
         self.shared = {}          # switch → (pool, alpha × 2^10, Xon offset, its queues): dynamic Xon
         self.shared_level: dict[str, tuple[int, int]] = {}          # switch → (computed at ns, Xon level)
         for sw in owner.topo.switches:
             q = owner.scen.switch.qos(owner.topo.nodes[sw].kind)
             self.xon[sw] = q.pfc.xon
+            self.headroom[sw] = q.headroom if q.shared_buffer else q.pfc.headroom
             pool = owner.dp.ports[owner.topo.ports[sw][0].ifindex].shared_pool
             if pool:
                 self.shared[sw] = (pool, int(round(q.shared_buffer.alpha * 1024)), q.shared_buffer.xon_offset,
@@ -416,12 +420,20 @@ class _Agent:
             del self.watch[key]
             idx = port * N_PRIO + prio
             st = self.ingress[self.ingress.Key(idx)]
-            if st.last_ns and st.last_ns > t_xoff:
-                self.samples["reaction_us"].append((st.last_ns - t_xoff) / 1000)
-            else:
-                self.samples["reaction_us"].append(0.0)
+            reaction_us = (st.last_ns - t_xoff) / 1000 if st.last_ns and st.last_ns > t_xoff else 0.0
+            self.samples["reaction_us"].append(reaction_us)
+            self._judge(sw, int(st.leaked), reaction_us)
             self.samples["leaked"].append(int(st.leaked))
             self.control(CTL_XON_RESET, idx)                # Xon: the next crossing raises Xoff again
+
+    def _judge(self, sw: str, leaked: int, reaction_us: float) -> None:
+        """More frames arrived after Xoff than the headroom holds: a hardware switch, pausing within
+        microseconds, lets one frame through; this agent, late for CPU, let these (the guard's rule)."""
+        room = self.headroom[sw] // (self.mtu + ETH_HLEN)
+        if leaked > max(1, room):
+            self.late["events"] += 1
+            if leaked > self.late["leaked_max"]:
+                self.late.update(leaked_max=leaked, headroom_frames=room, reaction_us=round(reaction_us, 1))
 
     def _finish(self):
         now = self._now()
@@ -438,4 +450,5 @@ class _Agent:
         out["degradations"] = self.degradations
         out["resyncs"] = self.resyncs
         out["drift_resyncs"] = self.drift_resyncs
+        out["late"] = self.late
         write_result(self.wfd, out)

@@ -33,6 +33,8 @@ from .frames import flows_frame, links_frame
 FULL_FRAME = 1514              # bytes: a full Ethernet frame at MTU 1500 (backlog thresholds below)
 STARVED_UTIL = 0.95            # a backlogged, unpaused port below this share of its rate was starved of CPU …
 STARVED_SHARE = 0.05           # … and the run is flagged when more than this share of backlogged samples was
+STARVED_MIN = 3                # … and at least this many: a short run has few backlogged samples, and one or two
+                               # descheduled intervals (1 of 1 has a Wilson lower bound of 21 %) are not its result
 CORE_SATURATED = 0.95          # a core this busy with the lab's work in a sample is saturated …
 SATURATED_SHARE = 0.2          # … and the run is cpu_bound when this share of its samples has a saturated core
 STEAL_SHARE = 0.1              # … or when the hypervisor took this share of the machine's time (mean, window)
@@ -204,18 +206,24 @@ def cpu_verdict(cpu: Mapping[str, Any], window: tuple[float, float]) -> dict:
 
 
 def guard_reasons(guard: Mapping[str, Any], backlogged: int, starving: int, stolen: int,
-                  steal_mean: float) -> tuple[bool | None, str]:
+                  steal_mean: float, pfc_late: Mapping[str, Any] | None = None) -> tuple[bool | None, str]:
     """(cpu_bound, cpu_bound_reason): the guard's verdict and, when it flags the run, every rule that fired in
-    one line, so whoever re-runs it (a test, a sweep) can say why. None without CPU samples."""
+    one line, so whoever re-runs it (a test, a sweep) can say why. None without CPU samples. ``pfc_late``: the
+    PFC agent's pauses that let more frames in after Xoff than the headroom holds (qos/pfc.py), which a
+    hardware switch, pausing within microseconds, would not have."""
     if guard["cpu_bound"] is None:
         return None, ""
     why = []
+    if pfc_late and pfc_late.get("events"):
+        why.append(f"the PFC agent paused too late {pfc_late['events']} time(s): up to {pfc_late['leaked_max']} "
+                   f"frames arrived after Xoff where the headroom holds {pfc_late['headroom_frames']} (reaction "
+                   f"{pfc_late['reaction_us'] / 1e3:.1f} ms)")
     if guard["cpu_bound"]:
         share = _f(guard.get("cpu_saturated_share"))       # results from before per-core samples: the verdict only
         why.append(f"core {guard.get('cpu_worst_core')} saturated by the lab in {share:.0%} of the samples (flagged "
                    f"from {SATURATED_SHARE:.0%})" if not math.isnan(share) else "a core saturated by the lab")
     low = wilson_lower(starving, backlogged)
-    if low > STARVED_SHARE:
+    if low > STARVED_SHARE and starving >= STARVED_MIN:
         why.append(f"shapers starved of CPU in {starving} of {backlogged} backlogged samples ({stolen} during "
                    f"steal; 95 % lower bound {low:.1%} > {STARVED_SHARE:.0%})")
     if steal_mean >= STEAL_SHARE:
@@ -305,7 +313,7 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     starved_share = starving / backlogged if backlogged else math.nan
     guard = cpu_verdict(cpu, window)
     steal_mean, steal_max = steal_verdict(cpu, window)
-    row["cpu_bound"], why = guard_reasons(guard, backlogged, starving, stolen, steal_mean)
+    row["cpu_bound"], why = guard_reasons(guard, backlogged, starving, stolen, steal_mean, cpu.get("pfc_late"))
 
     row["flows"] = int(len(flows_df))
     row["flows_completed"] = int(len(fct_ms))

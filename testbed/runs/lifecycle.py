@@ -343,7 +343,9 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
     if scen.dilation > 1:
         meta["time_dilation"] = scen.dilation       # results gain real-unit columns (dilation.py)
     used = paths_used(topo, got.flow_paths, traffic.flows)
-    row = report.write_run(outdir, man, got.rows, flow_rows(topo, traffic, used, scen.packet_size), got.cpu, meta,
+    pfc_agent = man["qos"]["pfc_agent"]
+    cpu = dict(got.cpu, pfc_late=pfc_agent["late"]) if pfc_agent else got.cpu   # the guard judges it too
+    row = report.write_run(outdir, man, got.rows, flow_rows(topo, traffic, used, scen.packet_size), cpu, meta,
                            collectives=traffic.collectives, failures=fail_rows,
                            sm=sm_rows(topo, got.helpers.get("routing") or {}, origin), int_rows=got.int_rows,
                            weights=got.weights, cc=cc_rows(traffic))

@@ -249,19 +249,22 @@ def _tx(port, backlogs, utils, offered, paused=0.0, **extra):
 
 
 def test_starved_shaper_samples_flag_the_run():
-    """A port with a standing queue and enough offered load that still delivered 60 % of its rate, in 2 of its
-    3 backlogged samples: starved; the run is cpu_bound although the CPU guard saw no saturated core."""
+    """A port with a standing queue and enough offered load that still delivered 60 % of its rate, in 3 of its
+    4 backlogged samples: starved; the run is cpu_bound although the CPU guard saw no saturated core."""
     cap = RATE * IV / 8
-    rows = _tx("spine0", [50_000] * 4, [1.0, 0.6, 0.6, 1.0], [cap] * 4)
+    rows = _tx("spine0", [50_000] * 5, [1.0, 0.6, 0.6, 0.6, 1.0], [cap] * 5)
     rows += _tx("spine1", [0, 0, 0, 0], [0.3] * 4, [cap * 0.3] * 4)          # no queue: not a candidate
     rows += _tx("spine2", [50_000] * 4, [0.1] * 4, [cap] * 4, paused=0.05)   # paused by PFC: not a candidate
     row = rp.summarize(rp.links_frame(rows), rp.flows_frame(_flows(("leaf0", "leaf1", 0.0, 2.0))), CPU, META)
-    assert row["backlogged_samples"] == 3 and row["starved_samples"] == 2
-    assert row["starved_share"] == pytest.approx(2 / 3)
+    assert row["backlogged_samples"] == 4 and row["starved_samples"] == 3
+    assert row["starved_share"] == pytest.approx(3 / 4)
     assert row["cpu_bound"] is True
     assert row["starved_stolen_samples"] == 0                    # no steal samples: none is the host's
-    assert row["cpu_bound_reason"] == ("shapers starved of CPU in 2 of 3 backlogged samples (0 during steal; "
-                                       "95 % lower bound 20.8% > 5%)")
+    assert row["cpu_bound_reason"] == ("shapers starved of CPU in 3 of 4 backlogged samples (0 during steal; "
+                                       "95 % lower bound 30.1% > 5%)")
+    two = rp.summarize(rp.links_frame(_tx("spine0", [50_000] * 4, [1.0, 0.6, 0.6, 1.0], [cap] * 4)),
+                       rp.flows_frame(_flows(("leaf0", "leaf1", 0.0, 2.0))), CPU, META)
+    assert (two["starved_samples"], two["cpu_bound"]) == (2, False)    # 2 of 3: fewer than STARVED_MIN
 
 
 def test_the_guard_names_every_rule_that_flagged_a_run():
@@ -276,6 +279,10 @@ def test_the_guard_names_every_rule_that_flagged_a_run():
                                      "lower bound 11.2% > 5%); the hypervisor took 12% of the machine's CPU time "
                                      "(flagged from 10%)")
     assert guard_reasons(dict(sat, cpu_bound=False), 25, 2, 0, 0.01) == (False, "")
+    late = {"events": 2, "leaked_max": 40, "headroom_frames": 32, "reaction_us": 12_300.0}   # 48 KB of 1,514 B
+    assert guard_reasons(dict(sat, cpu_bound=False), 25, 2, 0, 0.01, late) == (
+        True, "the PFC agent paused too late 2 time(s): up to 40 frames arrived after Xoff where the headroom "
+              "holds 32 (reaction 12.3 ms)")
     assert guard_reasons({"cpu_bound": None}, 0, 0, 0, math.nan) == (None, "")
 
 
