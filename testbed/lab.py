@@ -265,11 +265,19 @@ class Lab:
         ended."""
         h = spec.make(self, *args)
         h.detach = self.keep
+        h.on_fork = self.recorder(spec.label(h))
         self.helpers[spec.key] = h
         h.start()
-        self._state["helpers"].append({"name": spec.label(h), "pid": h.pid, "start": proc_start(h.pid)})
-        self._write_state()
         return h
+
+    def recorder(self, name: str) -> Callable[[int], None]:
+        """A helper's ``on_fork``: its pid and start time go to the state file the moment it is forked, before it
+        is ready (an SM programs every table first), so a helper whose owner is killed meanwhile is still ended
+        by `testbed clean`. The run's own helpers (the WCMP controller) are recorded the same way."""
+        def record(pid: int) -> None:
+            self._state.setdefault("helpers", []).append({"name": name, "pid": pid, "start": proc_start(pid)})
+            self._write_state()
+        return record
 
     @property
     def routing_on(self) -> bool:
