@@ -20,7 +20,7 @@ from typing import Callable
 from . import topology
 from .fabric import netns
 from .errors import HelperFailed, TestbedError
-from .procname import proc_start
+from .procname import proc_gone, proc_start
 from .fabric import Fabric, FabricError
 from .fabric.port import headroom_warnings, port_configs
 from .scenario import Scenario, to_dict
@@ -75,38 +75,76 @@ def namespaces_of(name: str) -> list[str]:
     return netns.list_names(f"{netns.PREFIX}{name}-")
 
 
+HELPER_STOP_S = 5.0           # a helper that has not ended this long after SIGTERM is SIGKILLed
+PROGRAMS_FREED_S = 10.0       # how long removing a lab waits for the kernel to free its BPF programs
+
+
 def _end_helpers(st: dict) -> None:
-    """Stop the helper processes a lab's state names (the PFC agent of a `testbed up` lab outlives the command
-    that started it) — only when pid and start time still match, so a reused pid is never signalled."""
-    for h in st.get("helpers", []):
-        if proc_start(h["pid"]) == h["start"]:
+    """End the helper processes a lab's state names (the PFC agent of a `testbed up` lab outlives the command
+    that started it; a helper forked just before its owner was killed) — only when pid and start time still
+    match, so a reused pid is never signalled. SIGTERM, then SIGKILL after HELPER_STOP_S; returns once they are
+    gone, so that nothing of theirs (BPF programs and maps they hold, sockets in the lab's namespaces) outlives
+    the removal."""
+    def alive():
+        return [h for h in st.get("helpers", []) if not proc_gone(h["pid"], h.get("start"))]
+    for sig, wait in ((signal.SIGTERM, HELPER_STOP_S), (signal.SIGKILL, HELPER_STOP_S)):
+        left = alive()
+        for h in left:
             with contextlib.suppress(ProcessLookupError):   # it may end by itself meanwhile
-                os.kill(h["pid"], signal.SIGTERM)
+                os.kill(h["pid"], sig)
+        end = time.monotonic() + wait
+        while left and time.monotonic() < end:
+            time.sleep(0.02)
+            left = alive()
+        if not left:
+            return
 
 
-def _kill_inside(names: list[str]) -> None:
+def _kill_inside(names: list[str], timeout_s: float = HELPER_STOP_S) -> None:
     """SIGKILL every process still inside these namespaces (traffic agents of a run whose owner was killed: they
-    would keep the deleted namespaces and their interfaces alive)."""
-    for pid in netns.pids_in(names):
+    would keep the deleted namespaces and their interfaces alive) and wait until they are gone."""
+    pids = {pid: proc_start(pid) for pid in netns.pids_in(names)}
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    end = time.monotonic() + timeout_s
+    while not all(proc_gone(p, s) for p, s in pids.items()) and time.monotonic() < end:
+        time.sleep(0.01)
 
 
 def remove(name: str) -> int:
     """Remove a lab: its helper processes, the processes left inside its namespaces, its namespaces (and so
-    everything in them), its containers and its state file (kept when the containers could not be removed,
-    so that it can be tried again)."""
+    everything in them), its containers, its CPU-accounting cgroup and its state file (kept when the containers
+    could not be removed, so that it can be tried again). Returns how many namespaces it had."""
+    return _remove(name)[0]
+
+
+def _remove(name: str, ask_docker: bool = False) -> tuple[int, int | None]:
+    """remove(); (namespaces, containers removed — None when Docker was not there to ask). ``ask_docker``: look
+    for containers labelled with the lab even when its state file names none (`testbed clean NAME`)."""
+    from .telemetry.cpu import remove_group
     st = read_state(name)
     if st:
         _end_helpers(st)
     names = namespaces_of(name)
     _kill_inside(names)
     netns.delete(names)
-    if st and st.get("containers"):
+    if st and st.get("programs"):      # the kernel frees the namespaces, and the filters holding them, later
+        from .datapath.objects import wait_freed
+        wait_freed(st["programs"], PROGRAMS_FREED_S)
+    ctrs: int | None = 0
+    if (st and st.get("containers")) or ask_docker:
+        from .container.daemon import DockerError
         from .container.hosts import remove_lab
-        remove_lab(name)
+        try:
+            ctrs = remove_lab(name)
+        except DockerError:
+            if st and st.get("containers"):
+                raise
+            ctrs = None
+    remove_group(name)
     state_path(name).unlink(missing_ok=True)
-    return len(names)
+    return len(names), ctrs
 
 
 def reap_stale() -> list[str]:
@@ -144,6 +182,10 @@ def clean_all() -> tuple[int, int, int | None]:
                  and not any(n.startswith(f"{netns.PREFIX}{name}-") for name in live)]
     _kill_inside(leftovers)
     netns.delete(leftovers)
+    from .telemetry.cpu import group_names, remove_group
+    for name in group_names():                 # cgroups of killed runs whose state file is gone
+        if name not in live:
+            remove_group(name)
     if failed:
         raise DockerError(f"{failed[0]}" + (f" (and {len(failed) - 1} more lab(s))" if len(failed) > 1 else "")
                           + "; everything else was removed")
@@ -243,6 +285,8 @@ class Lab:
                         wait_futures([compiled])
                     raise
             compiled.result()
+            self._state["programs"] = self.datapath.program_ids()    # remove() waits until they are freed
+            self._write_state()
             self.fabric.attach_ingress(self.datapath.ingress_fd, self.datapath.ingress_name)
             self.fabric.attach_nic_release(self.datapath.nic_release_fd)
             if self.pfc_on and self.scen.hosts.pfc:
