@@ -192,6 +192,36 @@ def clean_all() -> tuple[int, int, int | None]:
     return len(labs), len(leftovers), remove_leftovers(live)
 
 
+def clean_named(names: list[str]) -> tuple[int, int, int | None]:
+    """`testbed clean NAME…`: remove these labs only — each one's helpers, the processes in its namespaces, its
+    namespaces (``ftb-NAME-*``, with a state file or without), its containers, its cgroup and its state file — and
+    the machine parts of a lab over several machines (``NAMEm0``, ``NAMEm1``, … on this machine). A lab of a
+    ``testbed run`` that is still running is refused (it removes itself). Returns (labs with something removed,
+    namespaces, containers — None when Docker is not there to ask)."""
+    from .telemetry.cpu import group_names
+    targets: list[str] = []
+    for name in names:
+        check_name(name)
+        parts = re.compile(rf"^{re.escape(name)}m\d+$")
+        known = ({st["name"] for st in all_labs()} | set(group_names())
+                 | {n[len(netns.PREFIX):].split("-", 1)[0] for n in netns.list_names() if "-" in n[len(netns.PREFIX):]})
+        targets += [name] + sorted(n for n in known if parts.match(n))
+    for name in targets:
+        st = read_state(name)
+        if st and st.get("kind") == "run" and _alive(st.get("pid")):
+            raise LabError(f"lab '{name}' belongs to `testbed run` (pid {st['pid']}), still running: it removes "
+                           f"itself when it ends (stop it with Ctrl-C)")
+    labs = spaces = 0
+    containers: int | None = 0
+    for name in dict.fromkeys(targets):
+        had = read_state(name) is not None or name in group_names()
+        n, c = _remove(name, ask_docker=True)
+        spaces += n
+        containers = None if containers is None or c is None else containers + c
+        labs += bool(had or n or c)
+    return labs, spaces, containers
+
+
 class Lab:
     """Context manager: build on enter; tear down on exit unless ``keep`` (``testbed up``)."""
 
@@ -426,5 +456,6 @@ HELPERS = (
 )
 
 
-__all__ = ["HELPERS", "HelperSpec", "Lab", "LabError", "FabricError", "all_labs", "clean_all", "reap_stale", "remove",
+__all__ = ["HELPERS", "HelperSpec", "Lab", "LabError", "FabricError", "all_labs", "clean_all", "clean_named",
+           "reap_stale", "remove",
            "read_state"]
