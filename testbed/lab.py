@@ -447,7 +447,7 @@ EXPORTER = HelperSpec("exporter", lambda lab: lab.metrics is not None, _metrics_
                       lambda h: "metrics-exporter")
 HELPERS = (
     HelperSpec("pfc", lambda lab: lab.pfc_on or lab.scen.switch.credit_on,   # it runs PFC and credits
-               _pfc_agent, lambda h: "pfc-agent"),
+               _pfc_agent, lambda h: h.label.lower().replace(" ", "-")),   # pfc-agent, credit-agent, …
     HelperSpec("routing", lambda lab: lab.routing_on, _routing_agent,
                lambda h: "subnet-manager" if h.sm else "link-state-watcher"),
     HelperSpec("scheduler", lambda lab: bool(lab.scen.failures), _failure_scheduler,
