@@ -377,10 +377,12 @@ class Lab:
 
     def check(self) -> None:
         """Raise HelperFailed if a helper process of the lab (PFC agent, routing agent, failure scheduler, metrics
-        exporter) has died."""
+        exporter) or a host's container has died."""
         for spec in HELPERS:
             if spec.key in self.helpers:
                 self.helpers[spec.key].check()
+        if self.containers is not None:
+            self.containers.check()
 
     def __exit__(self, *exc) -> None:
         self.close(force=exc[0] is not None)
