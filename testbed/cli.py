@@ -438,10 +438,19 @@ def doctor(as_json):
 
 
 @cli.command()
-def clean():
-    """Remove every leftover of this tool (labs, namespaces and what is in them), even after a crash."""
-    from .lab import clean_all
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+def clean(names):
+    """Remove every leftover of this tool (labs, namespaces and what is in them, containers, cgroups), even after
+    a crash; with NAME, only that lab's (`testbed status` and the manifest's `lab` name it) and its machine
+    parts (NAMEm0, …)."""
+    from .lab import clean_all, clean_named
     _need_root("clean")
+    if names:
+        labs, spaces, containers = clean_named(list(names))
+        click.echo(f"removed {labs} lab(s) named {', '.join(names)}: {spaces} namespace(s) and "
+                   + (f"{containers} container(s)" if containers is not None
+                      else "no container (no Docker daemon answers: containers not checked)"))
+        return
     labs, stray, containers = clean_all()
     click.echo(f"removed {labs} lab(s), {stray} stray namespace(s) and "
                + (f"{containers} stray container(s)" if containers is not None

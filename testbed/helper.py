@@ -97,6 +97,7 @@ class ForkedHelper:
     label = "helper"
     failure = HelperFailed
     detach = False               # the lab outlives this command (`testbed up`): no stderr for the helper
+    on_fork = None               # called with the child's pid at once, before it is ready (the lab's state file)
 
     def __init__(self):
         self.pid = None
@@ -105,6 +106,7 @@ class ForkedHelper:
         self._dead_pid: int | None = None      # set once the child is reaped, with its exit status
         self._status = ""
         self._buffered = b""
+        self._failed: str | None = None         # the line check() raised: stop() repeats it, not a second one
 
     def _fork(self, body, name: str, after_fork=None) -> None:
         """Fork the child running ``body(wfd, ready)`` (``ready()`` tells the parent it is up) and wait until it
@@ -125,6 +127,8 @@ class ForkedHelper:
         os.close(ready_w)
         self.pid, self._rfd = pid, rfd
         try:
+            if self.on_fork is not None:      # recorded before it is ready: a killed owner's helper is still found
+                self.on_fork(pid)
             ok = os.read(ready_r, 1)
         finally:
             os.close(ready_r)
@@ -137,8 +141,10 @@ class ForkedHelper:
     def check(self) -> None:
         """Raise ``failure`` (one line) if the helper has died; called while traffic runs."""
         if self.pid is not None and self._reap(block=False):
-            raise self.failure(f"{self.label} (pid {self._dead_pid}) died during the run "
-                               f"({self._status}): {self._crash()}")
+            self._failed = (f"{self.label} (pid {self._dead_pid}) died during the run ({self._status}): "
+                            f"{self._crash()}")
+        if self._failed is not None:
+            raise self.failure(self._failed)
 
     def stop(self) -> dict:
         """End the helper and return what it measured; raise ``failure`` if it crashed or its results are
@@ -154,6 +160,8 @@ class ForkedHelper:
         if self._rfd is not None:
             os.close(self._rfd)
             self._rfd = None
+        if self._failed is not None:              # seen dead while the run went: the same one line
+            raise self.failure(self._failed)
         if self._status != "exit 0":
             raise self.failure(f"{self.label} (pid {self._dead_pid}) ended with {self._status}: "
                                f"{self._crash(data)}")

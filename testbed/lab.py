@@ -20,7 +20,7 @@ from typing import Callable
 from . import topology
 from .fabric import netns
 from .errors import HelperFailed, TestbedError
-from .procname import proc_start
+from .procname import proc_gone, proc_start
 from .fabric import Fabric, FabricError
 from .fabric.port import headroom_warnings, port_configs
 from .scenario import Scenario, to_dict
@@ -75,38 +75,76 @@ def namespaces_of(name: str) -> list[str]:
     return netns.list_names(f"{netns.PREFIX}{name}-")
 
 
+HELPER_STOP_S = 5.0           # a helper that has not ended this long after SIGTERM is SIGKILLed
+PROGRAMS_FREED_S = 10.0       # how long removing a lab waits for the kernel to free its BPF programs
+
+
 def _end_helpers(st: dict) -> None:
-    """Stop the helper processes a lab's state names (the PFC agent of a `testbed up` lab outlives the command
-    that started it) — only when pid and start time still match, so a reused pid is never signalled."""
-    for h in st.get("helpers", []):
-        if proc_start(h["pid"]) == h["start"]:
+    """End the helper processes a lab's state names (the PFC agent of a `testbed up` lab outlives the command
+    that started it; a helper forked just before its owner was killed) — only when pid and start time still
+    match, so a reused pid is never signalled. SIGTERM, then SIGKILL after HELPER_STOP_S; returns once they are
+    gone, so that nothing of theirs (BPF programs and maps they hold, sockets in the lab's namespaces) outlives
+    the removal."""
+    def alive():
+        return [h for h in st.get("helpers", []) if not proc_gone(h["pid"], h.get("start"))]
+    for sig, wait in ((signal.SIGTERM, HELPER_STOP_S), (signal.SIGKILL, HELPER_STOP_S)):
+        left = alive()
+        for h in left:
             with contextlib.suppress(ProcessLookupError):   # it may end by itself meanwhile
-                os.kill(h["pid"], signal.SIGTERM)
+                os.kill(h["pid"], sig)
+        end = time.monotonic() + wait
+        while left and time.monotonic() < end:
+            time.sleep(0.02)
+            left = alive()
+        if not left:
+            return
 
 
-def _kill_inside(names: list[str]) -> None:
+def _kill_inside(names: list[str], timeout_s: float = HELPER_STOP_S) -> None:
     """SIGKILL every process still inside these namespaces (traffic agents of a run whose owner was killed: they
-    would keep the deleted namespaces and their interfaces alive)."""
-    for pid in netns.pids_in(names):
+    would keep the deleted namespaces and their interfaces alive) and wait until they are gone."""
+    pids = {pid: proc_start(pid) for pid in netns.pids_in(names)}
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    end = time.monotonic() + timeout_s
+    while not all(proc_gone(p, s) for p, s in pids.items()) and time.monotonic() < end:
+        time.sleep(0.01)
 
 
 def remove(name: str) -> int:
     """Remove a lab: its helper processes, the processes left inside its namespaces, its namespaces (and so
-    everything in them), its containers and its state file (kept when the containers could not be removed,
-    so that it can be tried again)."""
+    everything in them), its containers, its CPU-accounting cgroup and its state file (kept when the containers
+    could not be removed, so that it can be tried again). Returns how many namespaces it had."""
+    return _remove(name)[0]
+
+
+def _remove(name: str, ask_docker: bool = False) -> tuple[int, int | None]:
+    """remove(); (namespaces, containers removed — None when Docker was not there to ask). ``ask_docker``: look
+    for containers labelled with the lab even when its state file names none (`testbed clean NAME`)."""
+    from .telemetry.cpu import remove_group
     st = read_state(name)
     if st:
         _end_helpers(st)
     names = namespaces_of(name)
     _kill_inside(names)
     netns.delete(names)
-    if st and st.get("containers"):
+    if st and st.get("programs"):      # the kernel frees the namespaces, and the filters holding them, later
+        from .datapath.objects import wait_freed
+        wait_freed(st["programs"], PROGRAMS_FREED_S)
+    ctrs: int | None = 0
+    if (st and st.get("containers")) or ask_docker:
+        from .container.daemon import DockerError
         from .container.hosts import remove_lab
-        remove_lab(name)
+        try:
+            ctrs = remove_lab(name)
+        except DockerError:
+            if st and st.get("containers"):
+                raise
+            ctrs = None
+    remove_group(name)
     state_path(name).unlink(missing_ok=True)
-    return len(names)
+    return len(names), ctrs
 
 
 def reap_stale() -> list[str]:
@@ -144,10 +182,44 @@ def clean_all() -> tuple[int, int, int | None]:
                  and not any(n.startswith(f"{netns.PREFIX}{name}-") for name in live)]
     _kill_inside(leftovers)
     netns.delete(leftovers)
+    from .telemetry.cpu import group_names, remove_group
+    for name in group_names():                 # cgroups of killed runs whose state file is gone
+        if name not in live:
+            remove_group(name)
     if failed:
         raise DockerError(f"{failed[0]}" + (f" (and {len(failed) - 1} more lab(s))" if len(failed) > 1 else "")
                           + "; everything else was removed")
     return len(labs), len(leftovers), remove_leftovers(live)
+
+
+def clean_named(names: list[str]) -> tuple[int, int, int | None]:
+    """`testbed clean NAME…`: remove these labs only — each one's helpers, the processes in its namespaces, its
+    namespaces (``ftb-NAME-*``, with a state file or without), its containers, its cgroup and its state file — and
+    the machine parts of a lab over several machines (``NAMEm0``, ``NAMEm1``, … on this machine). A lab of a
+    ``testbed run`` that is still running is refused (it removes itself). Returns (labs with something removed,
+    namespaces, containers — None when Docker is not there to ask)."""
+    from .telemetry.cpu import group_names
+    targets: list[str] = []
+    for name in names:
+        check_name(name)
+        parts = re.compile(rf"^{re.escape(name)}m\d+$")
+        known = ({st["name"] for st in all_labs()} | set(group_names())
+                 | {n[len(netns.PREFIX):].split("-", 1)[0] for n in netns.list_names() if "-" in n[len(netns.PREFIX):]})
+        targets += [name] + sorted(n for n in known if parts.match(n))
+    for name in targets:
+        st = read_state(name)
+        if st and st.get("kind") == "run" and _alive(st.get("pid")):
+            raise LabError(f"lab '{name}' belongs to `testbed run` (pid {st['pid']}), still running: it removes "
+                           f"itself when it ends (stop it with Ctrl-C)")
+    labs = spaces = 0
+    containers: int | None = 0
+    for name in dict.fromkeys(targets):
+        had = read_state(name) is not None or name in group_names()
+        n, c = _remove(name, ask_docker=True)
+        spaces += n
+        containers = None if containers is None or c is None else containers + c
+        labs += bool(had or n or c)
+    return labs, spaces, containers
 
 
 class Lab:
@@ -243,6 +315,8 @@ class Lab:
                         wait_futures([compiled])
                     raise
             compiled.result()
+            self._state["programs"] = self.datapath.program_ids()    # remove() waits until they are freed
+            self._write_state()
             self.fabric.attach_ingress(self.datapath.ingress_fd, self.datapath.ingress_name)
             self.fabric.attach_nic_release(self.datapath.nic_release_fd)
             if self.pfc_on and self.scen.hosts.pfc:
@@ -265,11 +339,19 @@ class Lab:
         ended."""
         h = spec.make(self, *args)
         h.detach = self.keep
+        h.on_fork = self.recorder(spec.label(h))
         self.helpers[spec.key] = h
         h.start()
-        self._state["helpers"].append({"name": spec.label(h), "pid": h.pid, "start": proc_start(h.pid)})
-        self._write_state()
         return h
+
+    def recorder(self, name: str) -> Callable[[int], None]:
+        """A helper's ``on_fork``: its pid and start time go to the state file the moment it is forked, before it
+        is ready (an SM programs every table first), so a helper whose owner is killed meanwhile is still ended
+        by `testbed clean`. The run's own helpers (the WCMP controller) are recorded the same way."""
+        def record(pid: int) -> None:
+            self._state.setdefault("helpers", []).append({"name": name, "pid": pid, "start": proc_start(pid)})
+            self._write_state()
+        return record
 
     @property
     def routing_on(self) -> bool:
@@ -295,10 +377,12 @@ class Lab:
 
     def check(self) -> None:
         """Raise HelperFailed if a helper process of the lab (PFC agent, routing agent, failure scheduler, metrics
-        exporter) has died."""
+        exporter) or a host's container has died."""
         for spec in HELPERS:
             if spec.key in self.helpers:
                 self.helpers[spec.key].check()
+        if self.containers is not None:
+            self.containers.check()
 
     def __exit__(self, *exc) -> None:
         self.close(force=exc[0] is not None)
@@ -365,7 +449,7 @@ EXPORTER = HelperSpec("exporter", lambda lab: lab.metrics is not None, _metrics_
                       lambda h: "metrics-exporter")
 HELPERS = (
     HelperSpec("pfc", lambda lab: lab.pfc_on or lab.scen.switch.credit_on,   # it runs PFC and credits
-               _pfc_agent, lambda h: "pfc-agent"),
+               _pfc_agent, lambda h: h.label.lower().replace(" ", "-")),   # pfc-agent, credit-agent, …
     HelperSpec("routing", lambda lab: lab.routing_on, _routing_agent,
                lambda h: "subnet-manager" if h.sm else "link-state-watcher"),
     HelperSpec("scheduler", lambda lab: bool(lab.scen.failures), _failure_scheduler,
@@ -374,5 +458,6 @@ HELPERS = (
 )
 
 
-__all__ = ["HELPERS", "HelperSpec", "Lab", "LabError", "FabricError", "all_labs", "clean_all", "reap_stale", "remove",
+__all__ = ["HELPERS", "HelperSpec", "Lab", "LabError", "FabricError", "all_labs", "clean_all", "clean_named",
+           "reap_stale", "remove",
            "read_state"]

@@ -22,3 +22,29 @@ def proc_start(pid: int) -> int | None:
     except FileNotFoundError:
         return None
     return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+PF_EXITING = 0x4              # the process is exiting (set as soon as it begins to: a SIGKILL delivered)
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def proc_running(pid: int, start: int | None) -> bool:
+    """The process ``pid`` started at ``start`` still runs: not gone, not another process that took its pid, not
+    exiting and not a zombie. (A container's init that is SIGKILLed first ends every process of its PID namespace
+    and only then becomes a zombie: it is already exiting when they are seen dead.)"""
+    f = _stat(pid)
+    return (f is not None and start is not None and int(f[19]) == start and f[0] not in ("Z", "X")
+            and not int(f[6]) & PF_EXITING)
+
+
+def proc_gone(pid: int, start: int | None) -> bool:
+    """The process ``pid`` started at ``start`` holds nothing any more: it is gone (or its pid is another's), or a
+    zombie — an exiting process may still be closing its files."""
+    f = _stat(pid)
+    return f is None or start is None or int(f[19]) != start or f[0] in ("Z", "X")

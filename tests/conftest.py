@@ -326,3 +326,111 @@ def scrape_while_running(args: list[str], address: str, timeout: float = 120) ->
             proc.wait(30)
     assert proc.returncode == 0, stderr
     return scrapes, stderr
+
+
+# ---- a local Ray cluster (testbed/cluster/local.py) for a module
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A local 2-machine Ray cluster for the module (its state: address, machines); skipped without Ray."""
+    pytest.importorskip("ray", reason="the cluster extra (scripts/test-setup.sh installs it)")
+    from testbed.cluster import local
+    if local.read_state() is not None:
+        pytest.fail("a local cluster is already up: these tests start and remove their own")
+    res = run_cli("cluster", "up", "--local", "2", timeout=180)
+    assert res.returncode == 0, res.stderr
+    try:
+        yield local.read_state()
+    finally:
+        res = run_cli("cluster", "down", timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert not [n for n in netns.list_names() if netns.is_machine(n)]
+        assert local.read_state() is None and not local.machine_pids("m0") and not local.machine_pids("m1")
+
+
+# ---- what a run leaves behind (the run's prefix: its lab name, testbed/lab.py)
+
+def bpf_programs_held(pids) -> set[int]:
+    """The ids of the BPF programs these processes hold open (/proc/<pid>/fdinfo ``prog_id``): a run's programs,
+    read while it runs (their names, ftb_switch_ingress …, are the same in every lab)."""
+    out = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fdinfo")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                    for line in f:
+                        if line.startswith("prog_id:"):
+                            out.add(int(line.split()[1]))
+            except OSError:
+                continue
+    return out
+
+
+def _ray_actors_alive(address: str, prefix: str) -> list[str]:
+    """Names of the live actors of the Ray cluster at ``address`` whose name starts with ``prefix`` (asked from a
+    driver of its own: this process stays out of Ray)."""
+    code = ("import json, sys; from testbed.cluster import connect; ray = connect(sys.argv[1]); "
+            "from ray._private import state; "
+            "print(json.dumps(sorted(a.get('Name') or '' for a in state.actors().values() "
+            "if (a.get('Name') or '').startswith(sys.argv[2]) and a.get('State') != 'DEAD')))")
+    res = subprocess.run([sys.executable, "-c", code, address, prefix], capture_output=True, text=True, timeout=60,
+                         cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert res.returncode == 0, res.stderr
+    import json
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _zombie(pid: int) -> bool:
+    """Exited, not reaped yet: it holds nothing any more."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def leftovers(lab: str, bpf_programs=(), ray_address: str | None = None) -> dict[str, list]:
+    """What of lab ``lab`` (a run's or a `testbed up` lab's name, and its machine parts ``<lab>m<i>``) is still
+    on this machine — empty lists when nothing: its state file, namespaces (``ftb-<lab>-*``), links named after it
+    in the root and the local cluster's machine namespaces, the BPF programs of ``bpf_programs`` (read while it ran,
+    bpf_programs_held), processes named after it (helpers, agents: testbed/procname.py), containers labelled with
+    it, cgroups named after it (the CPU accounting's, under every hierarchy), and with ``ray_address`` the live
+    Ray actors named after it."""
+    from testbed.lab import LABS_DIR
+    out: dict[str, list] = {}
+    out["state"] = sorted(p.name for p in LABS_DIR.glob(f"{lab}*.json")) if LABS_DIR.exists() else []
+    out["namespaces"] = netns.list_names(f"{netns.PREFIX}{lab}")
+    links = []
+    for ns in [None] + [n for n in netns.list_names() if netns.is_machine(n)]:
+        cmd = ["ip", "-o", "link", "show"] if ns is None else ["ip", "-n", ns, "-o", "link", "show"]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        links += [f"{ns or 'root'}: {ln.split(':')[1].strip()}" for ln in res.stdout.splitlines()
+                  if lab in ln.split(":")[1]]
+    out["links"] = links
+    from testbed.datapath.objects import program_exists
+    out["bpf_programs"] = sorted(p for p in bpf_programs if program_exists(p))
+    out["processes"] = sorted(f"{pid} {comm}" for pid, comm in processes_named(f"{netns.PREFIX}{lab}"[:15]).items()
+                              if not _zombie(pid))
+    containers = []
+    try:
+        import docker
+        c = docker.from_env(timeout=10)
+        containers = sorted(x.name for x in c.containers.list(all=True)
+                            if (x.labels or {}).get("fabric-testbed", "").startswith(lab)
+                            or x.name.startswith(f"{netns.PREFIX}{lab}"))
+    except Exception:                       # noqa: BLE001 — no SDK or no daemon: no container can be left
+        pass
+    out["containers"] = containers
+    cgroups = []
+    root = Path("/sys/fs/cgroup")
+    for d in [root] + [p for p in root.iterdir() if p.is_dir()]:
+        with contextlib.suppress(OSError):
+            cgroups += [str(p) for p in d.iterdir() if p.is_dir() and p.name.startswith(f"{netns.PREFIX}{lab}")]
+    out["cgroups"] = sorted(cgroups)
+    if ray_address is not None:
+        out["ray_actors"] = _ray_actors_alive(ray_address, f"{netns.PREFIX}{lab}")
+    return {k: v for k, v in out.items() if v}

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from .daemon import DockerError, client
 from .image import IMAGE, TAG
-from ..procname import proc_start
+from ..errors import HelperFailed
+from ..procname import proc_running, proc_start
 
 LABEL = "fabric-testbed"                   # value: the lab's name; every container of this tool carries it
 NODE_LABEL = "fabric-testbed.node"
@@ -41,6 +42,10 @@ START_THREADS = 8                          # containers started at once (8: 120â
 
 class ContainerGone(DockerError):
     pass
+
+
+class ContainerHostFailed(HelperFailed):
+    """A host's container died while the lab ran; the message is one line naming it."""
 
 
 @dataclass
@@ -66,7 +71,11 @@ class Container:
         return f"/proc/{self.pid}/ns/net"
 
     def alive(self) -> bool:
-        return self.start is not None and proc_start(self.pid) == self.start
+        return proc_running(self.pid, self.start)
+
+    def death(self) -> str:
+        """The one line of a container host that died under a run (its init killed, the container stopped)."""
+        return f"container host {self.node} (container {self.name}) died during the run (its init, pid {self.pid}, is gone)"
 
     def environ(self, extra: dict | None = None) -> dict:
         env = dict(e.split("=", 1) for e in self.env if "=" in e)
@@ -194,6 +203,12 @@ class ContainerHosts:
                                       f"3.11 with isal and pydantic): its hosts' agents run in the container's network "
                                       f"namespace with the testbed's Python")
             c.python = verdict[c.image]
+
+    def check(self) -> None:
+        """Raise ContainerHostFailed (one line) if a host's container has died; polled while traffic runs."""
+        for c in self.containers.values():
+            if not c.alive():
+                raise ContainerHostFailed(c.death())
 
     def remove(self) -> int:
         """Remove every container of the lab (those started and any other carrying its label)."""

@@ -212,6 +212,12 @@ class Datapath(ForwardingMaps, QosMaps, IntMaps, CounterMaps):
         self._need()
         return self._bpf
 
+    def program_ids(self) -> list[int]:
+        """The kernel's ids of every program loaded (objects.py: a lab's state file records them)."""
+        from .objects import program_id
+        self._need()
+        return sorted(i for f in self._bpf.funcs.values() if (i := program_id(f.fd)) is not None)
+
     def _need(self):
         if self._bpf is None:
             raise DatapathError("datapath not loaded: call load() first")

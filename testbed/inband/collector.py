@@ -6,6 +6,7 @@ decodes them afterwards. The wire format and every column are defined in docs/in
 """
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -74,14 +75,31 @@ class IntCollector:
         self.dp, self.origin, self.poll_ms = datapath, origin, poll_ms
         self.raw: list[bytes] = []
         self.error: str | None = None
-        self._taken = 0                        # reports handed to take_new so far
+        self._forward: int | None = None       # a pipe every report is also written to (the WCMP controller)
+        self.forward_lost = 0                  # reports the pipe had no room for
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="int-reports", daemon=True)
         # the reports' CLOCK_MONOTONIC → the run's clock (seconds since origin)
         self._mono0, self._wall0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC), time.time()
 
+    def forward_to(self, fd: int) -> None:
+        """Also write every report to the non-blocking pipe ``fd`` (2-byte little-endian length, then the
+        report: one write of less than PIPE_BUF, so whole or not at all), for a process reading them as they come
+        (the WCMP controller). A full pipe loses the report there (counted); a closed one ends the forwarding."""
+        self._forward = fd
+
+    def _take(self, data: bytes) -> None:
+        self.raw.append(data)
+        if self._forward is not None:
+            try:
+                os.write(self._forward, len(data).to_bytes(2, "little") + data)
+            except BlockingIOError:
+                self.forward_lost += 1
+            except OSError:                    # the reader is gone (its death is reported by its own check)
+                self._forward = None
+
     def start(self) -> None:
-        self.dp.open_int_reports(self.raw.append)
+        self.dp.open_int_reports(self._take if self._forward is not None else self.raw.append)
         self._thread.start()
 
     def stop(self) -> None:
@@ -107,13 +125,6 @@ class IntCollector:
 
     def reports(self) -> list[Report]:
         return [decode(b) for b in self.raw]
-
-    def take_new(self) -> list[Report]:
-        """The reports that arrived since the last call (for a controller reading them as they come; the
-        poll thread only appends, so a length read marks a consistent prefix)."""
-        end = len(self.raw)
-        new, self._taken = self.raw[self._taken:end], end
-        return [decode(b) for b in new]
 
     def rows(self, topo, flows) -> list[dict]:
         """int.csv: one row per hop of every report (results/README.md)."""

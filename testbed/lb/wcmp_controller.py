@@ -21,7 +21,11 @@ left them).
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
+import os
+import signal
 import socket
 import struct
 import threading
@@ -29,6 +33,7 @@ import time
 
 from ..errors import HelperFailed
 from ..fabric import netns
+from ..helper import ForkedHelper, write_result
 from ..inband.collector import PROBE_PORT
 from ..telemetry.periodic import run_every
 
@@ -39,10 +44,12 @@ STEP = 1.5            # a weight changes by at most ×1.5 or ÷1.5 per interval
 SCALE = 10_000        # float weights → the integer weights the table is built from
 INT_DSCP_BIT = 0x04
 INT_INSTRUCTIONS, INT_DS_ID, INT_DS_INSTRUCTIONS = 0xF800, 0x4654, 0xC000
+F_SETPIPE_SZ = 1031
+REPORT_PIPE_BYTES = 1 << 20     # the INT reports of an interval wait here for the controller (≈ 5000 of them)
 
 
 class WcmpFailed(HelperFailed):
-    """The controller thread died; one line naming it and the cause."""
+    """The controller process died; one line naming it and the cause."""
 
 
 class Group:
@@ -91,14 +98,20 @@ def update(weights: list[float], signals: list[float | None], min_share: float) 
         out = [min_share if i in low else w * scale for i, w in enumerate(out)]
 
 
-class WcmpController:
-    """Background thread applying ``switch.wcmp`` (source int or load) every interval; ``rows`` → weights.csv."""
+class WcmpController(ForkedHelper):
+    """The forked process applying ``switch.wcmp`` (source int or load) every interval (helper.py: checked while
+    the traffic runs, a death fails the run in one line naming it); ``rows`` → weights.csv, ``health()`` → the
+    manifest, both once stopped. With source ``int`` the run's INT collector hands it every report through a
+    pipe (``reports_fd``, IntCollector.forward_to)."""
 
-    def __init__(self, topo, datapath, fabric, scen, origin: float, collector=None):
+    label = "WCMP controller"
+    failure = WcmpFailed
+
+    def __init__(self, topo, datapath, fabric, scen, origin: float):
+        super().__init__()
         self.topo, self.dp, self.fabric, self.origin = topo, datapath, fabric, origin
         self.spec = scen.switch.wcmp
         self.source, self.interval = self.spec.source, self.spec.interval / 1e9
-        self.collector = collector
         self.max_hops = scen.telemetry.int.max_hops
         self.min_share = 1.0 / self.spec.slots
         self.rows: list[dict] = []
@@ -133,45 +146,99 @@ class WcmpController:
         self._socks: dict[int, socket.socket] = {}
         self._last_c = None
         self._util: dict[int, float] = {}              # load: smoothed utilisation per port
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="wcmp-controller", daemon=True)
+        self._reports_r: int | None = None             # int: the child's end of the INT report pipe
+        self.reports_fd: int | None = None             # … and the parent's (IntCollector.forward_to)
+        self._pending = b""
 
-    # ---- life cycle
+    # ---- life cycle (the parent's side)
 
     def start(self) -> None:
+        """Fork the controller (before the run's threads start: a fork copies only the calling thread)."""
         if self.source == "int":                       # one raw socket per leaf uplink, in the leaf's namespace
             for g in self.groups:
                 for p in g.ports:
                     if p not in self._socks:
                         port = self.topo.port(p)
                         self._socks[p] = netns.run_in(self.fabric.ns[g.leaf], _packet_socket, port.ifname)
-        self._last_c = self.dp.port_counters()
-        self._thread.start()
+            self._reports_r, self.reports_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            with contextlib.suppress(OSError):         # room for a burst of reports between two intervals
+                fcntl.fcntl(self.reports_fd, F_SETPIPE_SZ, REPORT_PIPE_BYTES)
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-        for s in self._socks.values():
-            s.close()
-        self._socks.clear()
+        def after():                                   # the child's now
+            for s in self._socks.values():
+                s.close()
+            self._socks.clear()
+            if self._reports_r is not None:
+                os.close(self._reports_r)
+                self._reports_r = None
+        try:
+            self._fork(lambda wfd, ready: self._run(wfd, ready), f"ftb-{self.fabric.lab}-wcm", after_fork=after)
+        except BaseException:
+            self._close_reports()
+            raise
 
-    def check(self) -> None:
-        if self.error is not None:
-            raise WcmpFailed(self.error)
+    def stop(self) -> dict:
+        """End the controller; its rows and health come back with its results (raises WcmpFailed if it died)."""
+        self._close_reports()
+        try:
+            res = super().stop()
+        except WcmpFailed as e:
+            self.error = str(e)
+            raise
+        self.rows = res.get("rows", [])
+        for k in ("intervals", "late", "probes"):
+            setattr(self, k, res.get(k, 0))
+        return res
+
+    def _close_reports(self) -> None:
+        if self.reports_fd is not None:
+            os.close(self.reports_fd)
+            self.reports_fd = None
 
     def health(self) -> dict:
         return {"source": self.source, "interval_s": self.interval, "intervals": self.intervals,
                 "late_intervals": self.late, "probes": self.probes, "groups": len(self.groups), "error": self.error}
 
-    def _loop(self) -> None:
+    # ---- the child
+
+    def _run(self, wfd: int, ready) -> None:
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        if self.reports_fd is not None:
+            os.close(self.reports_fd)                  # the parent's end: EOF would never come otherwise
+            self.reports_fd = None
+        self._last_c = self.dp.port_counters()
+        ready()
         try:
-            run_every(self.interval, self._stop, self.step, self._late)
-        except Exception as e:                         # noqa: BLE001 — kept and reported by check() / the run
-            self.error = f"WCMP controller failed at {time.time() - self.origin:.2f} s: {type(e).__name__}: {e}"
+            run_every(self.interval, stop, self.step, self._late)
+        except Exception as e:                         # noqa: BLE001 — the one line the parent reports
+            raise RuntimeError(f"failed at {time.time() - self.origin:.2f} s: {type(e).__name__}: {e}") from e
+        write_result(wfd, {"rows": self.rows, "intervals": self.intervals, "late": self.late,
+                           "probes": self.probes})
 
     def _late(self) -> None:
         self.late += 1
+
+    def _new_reports(self) -> list:
+        """The INT reports the collector forwarded since the last interval (length-prefixed records)."""
+        from ..inband.collector import decode
+        while self._reports_r is not None:
+            try:
+                chunk = os.read(self._reports_r, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            self._pending += chunk
+        out, buf, at = [], self._pending, 0
+        while len(buf) - at >= 2:
+            n = int.from_bytes(buf[at:at + 2], "little")
+            if len(buf) - at - 2 < n:
+                break
+            out.append(decode(buf[at + 2:at + 2 + n]))
+            at += 2 + n
+        self._pending = buf[at:]
+        return out
 
     # ---- one interval
 
@@ -200,7 +267,7 @@ class WcmpController:
     def _int_signals(self) -> dict[int, list[float | None]]:
         """Per group, per member: the mean INT path delay (ns) of the interval's reports through it."""
         acc: dict[tuple[int, int], list[int]] = {}
-        for r in self.collector.take_new():
+        for r in self._new_reports():
             if not r.hops:
                 continue
             g = self._group_of(self._names.get(r.hops[0].switch_id, ""), r.daddr)

@@ -88,6 +88,10 @@ class PfcAgent(ForkedHelper):
     def __init__(self, datapath, fabric, scen):
         super().__init__()
         self.dp, self.fabric, self.scen, self.topo = datapath, fabric, scen, fabric.topo
+        sw = scen.switch
+        pfc = any(sw.qos(t).pfc.enabled and sw.qos(t).traffic_classes.lossless for t in self.topo.tiers)
+        if sw.credit_on:                 # one process runs the flow control of every tier: named after what it runs
+            self.label = "PFC and credit agent" if pfc else "credit agent"
 
     # ---- set-up in the parent (sockets must be made inside each namespace)
 

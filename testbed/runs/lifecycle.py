@@ -318,7 +318,8 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
             be.stop()
         got = be.collect(traffic.flows)
     finally:
-        failures += be.down(got)
+        down_failures = be.down(got)
+        failures += [e for e in down_failures if e not in failures]     # a helper seen dead: said once
     failures += [e for e in got.errors if e not in failures]
     ended = time.time()
     if not traffic.results:               # the traffic failed before results: one empty result per flow

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import telemetry
+from ..errors import HelperFailed
 from ..fabric import netns
 from ..fabric.capture import Captures
 from ..inband.collector import IntCollector
@@ -72,17 +73,21 @@ class LocalBackend(Backend):
 
     def start(self, origin: float, outdir: Path, log: Callable[[str], None]) -> None:
         lab, scen = self.lab, self.scen
+        if scen.switch.load_balancing == "wcmp" and scen.switch.wcmp.source != "static":
+            # forked first, while this process runs no thread of its own yet (the sampler, the INT reader)
+            from ..lb.wcmp_controller import WcmpController
+            self.controller = WcmpController(lab.topo, lab.datapath, lab.fabric, scen, origin)
+            self.controller.on_fork = lab.recorder("wcmp-controller")
+            self.controller.start()
         self.sampler = telemetry.LinkSampler(lab.topo, lab.datapath, scen.telemetry.interval / 1e9, lab.fabric,
                                              origin=origin, cpu=telemetry.CpuGuard(self.acct, origin),
                                              resync_classes=not lab.pfc_on)
         self.sampler.start()
         if lab.datapath.int_spec is not None:        # telemetry.int: the sinks' reports, read as they come
             self.collector = IntCollector(lab.datapath, origin)
+            if self.controller is not None and self.controller.reports_fd is not None:
+                self.collector.forward_to(self.controller.reports_fd)
             self.collector.start()
-        if scen.switch.load_balancing == "wcmp" and scen.switch.wcmp.source != "static":
-            from ..lb.wcmp_controller import WcmpController
-            self.controller = WcmpController(lab.topo, lab.datapath, lab.fabric, scen, origin, self.collector)
-            self.controller.start()
 
     def check(self) -> None:
         for helper in (self.sampler, self.collector, self.controller):
@@ -104,9 +109,15 @@ class LocalBackend(Backend):
                              log_dir=outdir / "perftest", info=info)
 
     def stop(self) -> None:
-        for h in (self.sampler, self.controller, self.collector):
+        # the INT reader before the controller it forwards reports to (the pipe is closed with the controller)
+        for h in (self.sampler, self.collector):
             if h is not None:
                 h.stop()
+        if self.controller is not None:
+            try:
+                self.controller.stop()
+            except HelperFailed:                     # kept in its error: down() reports it, once
+                pass
         if self.captures is not None:
             self.pcaps, self.captures = self.captures.stop(), None
 
@@ -128,6 +139,11 @@ class LocalBackend(Backend):
     def down(self, got: Collected | None) -> list[str]:
         lab, self.lab = self.lab, None
         acct, self.acct = self.acct, None
+        if self.controller is not None and self.controller.pid is not None:   # the run stopped before stop()
+            try:
+                self.controller.stop()
+            except HelperFailed:
+                pass
         try:
             if lab is not None:
                 lab.close(force=True)
@@ -140,6 +156,9 @@ class LocalBackend(Backend):
             s = self.sampler
             got.cpu = s.cpu.result()
             got.degradations = self._degradations(s, acct)
+            if self.collector is not None and self.collector.forward_lost:
+                got.degradations.append(f"WCMP controller: {self.collector.forward_lost} INT report(s) not handed "
+                                        f"to it (its pipe was full): those intervals had fewer signals")
             got.helpers = {k: lab.results.get(k, {}) for k in ("pfc", "routing", "scheduler")}
             got.metrics = lab.results.get("exporter") or None
             got.errors = [e for e in (s.error, self.collector and self.collector.error,

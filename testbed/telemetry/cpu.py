@@ -23,6 +23,7 @@ sample is kept too (``cpu_steal``), so a run on a contended host is flagged rath
 from __future__ import annotations
 
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,44 @@ def read_cores() -> list[tuple[float, float, float, float]]:
             total = sum(v)
             out.append((total - idle - iowait - steal, irq + softirq, total, steal))
     return out
+
+
+def group_names() -> list[str]:
+    """The labs that have a cpuacct cgroup (``ftb-<lab>``): running runs, and killed ones' leftovers."""
+    try:
+        return sorted(p.name[4:] for p in CPUACCT.iterdir() if p.is_dir() and p.name.startswith("ftb-"))
+    except OSError:
+        return []
+
+
+def remove_group(name: str, timeout_s: float = 5.0) -> bool:
+    """Remove lab ``name``'s cpuacct cgroup, which a killed ``testbed run`` leaves behind. The processes still in
+    it are the lab's (a traffic agent entered into a container stays in it) and are SIGKILLed first; a group
+    that holds the calling process is the caller's own run and is left alone. True when one was removed."""
+    path = CPUACCT / f"ftb-{name}"
+    if not path.is_dir():
+        return False
+
+    def procs() -> list[int]:
+        try:
+            return [int(x) for x in (path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+    if os.getpid() in procs():
+        return False
+    end = time.monotonic() + timeout_s
+    while (left := procs()) and time.monotonic() < end:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.02)
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 class LabCpuAccount:

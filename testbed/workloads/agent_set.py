@@ -32,9 +32,20 @@ class WorkloadError(TestbedError):
     """An agent failed; the message is one line."""
 
 
+def _exit(rc: int | None) -> str:
+    """How a process ended, for a message: ``exit 3``, ``killed by SIGKILL``."""
+    if rc is not None and rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit {rc}"
+
+
 class _Agent:
-    def __init__(self, host: str, where: str, proc: subprocess.Popen):
+    def __init__(self, host: str, where: str, proc: subprocess.Popen, container=None):
         self.host, self.where, self.proc = host, where, proc     # where: "namespace …" or "container …"
+        self.container = container                              # its host's container (container hosts)
         self.out = bytearray()
         self.err = bytearray()
         self.ready = False
@@ -49,6 +60,8 @@ class _Agent:
         return lines[-1].strip() + where
 
     def fail(self, what: str) -> WorkloadError:
+        if self.container is not None and not self.container.alive():     # its host died: that is the news
+            return WorkloadError(self.container.death())
         return WorkloadError(f"traffic agent on {self.host} ({self.where}) {what}: {self.last_err_line()}")
 
 
@@ -93,7 +106,7 @@ class AgentSet:
                                 env=dict(env, FTB_PROC_NAME=ns), **pipes)
         except errors as e:
             raise WorkloadError(f"cannot start the traffic agent on {host} ({where}): {e}") from None
-        a = _Agent(host, where, p)
+        a = _Agent(host, where, p, ctr)
         self.agents.append(a)
         os.set_blocking(p.stdout.fileno(), False)
         os.set_blocking(p.stderr.fileno(), False)
@@ -122,7 +135,7 @@ class AgentSet:
                     a.ready = True
                 elif not a.ready and a.proc.poll() is not None:
                     self.pump(0.05)
-                    raise a.fail(f"exited before it was ready (exit {a.proc.returncode})")
+                    raise a.fail(f"exited before it was ready ({_exit(a.proc.returncode)})")
             if all(a.ready for a in self.agents):
                 return
             if time.time() > end:
@@ -154,7 +167,7 @@ class AgentSet:
             for a in self.agents:
                 if a.proc.poll() not in (None, 0):
                     self.pump(0.05)
-                    raise a.fail(f"failed (exit {a.proc.returncode})")
+                    raise a.fail(f"failed ({_exit(a.proc.returncode)})")
         out = {}
         for a in self.agents:
             try:
@@ -162,7 +175,7 @@ class AgentSet:
             except subprocess.TimeoutExpired:
                 raise WorkloadError(f"traffic agent on {a.host} did not exit") from None
             if rc != 0:
-                raise a.fail(f"failed (exit {rc})")
+                raise a.fail(f"failed ({_exit(rc)})")
             lines = [ln for ln in a.out.decode(errors="replace").splitlines() if ln.strip()]
             try:
                 out[a.host] = json.loads(lines[-1])

@@ -30,23 +30,6 @@ def cli(*args, timeout=300):
     return subprocess.run([*TESTBED, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    pytest.importorskip("ray", reason="the cluster extra (scripts/test-setup.sh installs it)")
-    from testbed.cluster import local
-    if local.read_state() is not None:
-        pytest.fail("a local cluster is already up: these tests start and remove their own")
-    res = cli("cluster", "up", "--local", "2", timeout=180)
-    assert res.returncode == 0, res.stderr
-    try:
-        yield local.read_state()
-    finally:
-        res = cli("cluster", "down", timeout=120)
-        assert res.returncode == 0, res.stderr
-        assert not [n for n in netns.list_names() if netns.is_machine(n)]
-        assert local.read_state() is None and not local.machine_pids("m0") and not local.machine_pids("m1")
-
-
 def _rows(path: Path) -> list[dict]:
     with open(path) as f:
         return list(csv.DictReader(f))
@@ -203,56 +186,6 @@ def test_credit_incast_across_the_cut_stays_lossless(cluster, tmp_path):
     assert wait > 0.1
     flows = _rows(out / "flows.csv")
     assert len(flows) == 8 and all(int(float(f["lost"])) == 0 for f in flows)
-
-
-def _part_labs() -> list[dict]:
-    import re
-
-    from testbed.lab import all_labs
-    return [st for st in all_labs() if re.fullmatch(r"c[0-9a-f]{4}m\d+", st["name"])]
-
-
-def test_killing_a_parts_actor_fails_the_run_in_one_line_and_leaves_nothing(cluster, tmp_path):
-    out = tmp_path / "killed"
-    proc = subprocess.Popen([*TESTBED, "run", "scenarios/incast-pfc.yaml", "--cluster", "auto", "--out", str(out),
-                             "--set", "placement.partitions=2", "--set", "duration=6s"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        end = time.monotonic() + 120
-        labs = []
-        while time.monotonic() < end and proc.poll() is None:
-            labs = _part_labs()
-            if len(labs) == 2 and all(st.get("helpers") for st in labs):    # both parts built, PFC agents up
-                break
-            time.sleep(0.1)
-        assert len(labs) == 2, "the parts were not built"
-        time.sleep(2.5)                                  # traffic under way
-        victim = next(st for st in labs if st["name"].endswith("m1"))
-        os.kill(victim["pid"], signal.SIGKILL)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode != 0
-    lines = [ln for ln in stderr.splitlines() if ln.startswith("error: ")]
-    assert len(lines) == 1 and "machine m1" in lines[0] and "actor died" in lines[0], stderr
-    assert "Traceback" not in stderr
-    for st in labs:
-        assert not netns.list_names(f"{netns.PREFIX}{st['name']}-"), st["name"]
-        for h in st.get("helpers", []):                  # the PFC agents of both parts are gone
-            assert not os.path.exists(f"/proc/{h['pid']}") or _zombie_or_other(h)
-    for ns in ("ftb-m0", "ftb-m1", None):                # no VXLAN device left anywhere
-        cmd = ["ip", "-d", "-o", "link", "show", "type", "vxlan"]
-        if ns:
-            cmd[1:1] = ["-n", ns]
-        assert subprocess.run(cmd, capture_output=True, text=True).stdout.strip() == ""
-    assert (out / "manifest.json").is_file()               # what was collected is kept
-
-
-def _zombie_or_other(h: dict) -> bool:
-    from testbed.procname import proc_start
-    return proc_start(h["pid"]) != h["start"]
 
 
 def test_up_and_down_over_the_cluster(cluster):

@@ -13,7 +13,7 @@ import pytest
 from testbed import report
 from testbed.fabric import netns
 
-from conftest import ROOT, TESTBED, processes_named, run_cli, wait_for
+from conftest import ROOT, TESTBED, leftovers, processes_named, run_cli, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -184,21 +184,17 @@ def test_interrupted_run_tears_down_and_keeps_earlier_results(tmp_path, sig):
     assert _agents_of(lab) == []                                      # no agent process of the run is left
 
 
-def test_crashed_run_is_reaped_by_the_next_run_and_by_clean(tmp_path):
+def test_a_crashed_run_is_reaped_by_the_next_run(tmp_path):
+    """kill -9 of `testbed run` leaves its lab; the next `testbed run` removes it, its agents included (and so
+    does `testbed clean <lab>`: tests/run/test_helper_death_e2e.py)."""
     proc, _, lab = _start_run(tmp_path, "crashed")
     proc.kill()                                      # SIGKILL: no cleanup at all
     proc.wait()
-    for pid in _agents_of(lab):                      # its agents (only those: other labs may be running)
-        os.kill(pid, signal.SIGKILL)
     assert netns.list_names(f"{netns.PREFIX}{lab}-"), "a killed run leaves its namespaces"
+    assert _agents_of(lab), "a killed run leaves its agents"
     res = run_cli("run", "scenarios/default.yaml", "--out", str(tmp_path / "next"), *SMALL)
     assert res.returncode == 0, res.stderr
-    assert netns.list_names(f"{netns.PREFIX}{lab}-") == []
-    # clean removes anything with the tool's prefix, even without a state file (the machine's other labs too:
-    # that is what it is for)
-    netns.create(["ftb-stray-h0"])
-    res = run_cli("clean")
-    assert res.returncode == 0 and netns.list_names() == []
+    assert leftovers(lab) == {}
 
 
 def test_doctor_reports_this_kernel():
