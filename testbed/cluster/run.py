@@ -294,6 +294,9 @@ def _merge_pfc(results: list[dict]) -> dict:
                 out.setdefault(k, []).extend(v)
             elif isinstance(v, (int, float)) and not isinstance(v, bool):
                 out[k] = out.get(k, 0) + v
+            elif k == "late" and k in out:        # late pauses: counted on every machine, the worst kept
+                worst = max(out[k], v, key=lambda x: x["leaked_max"])
+                out[k] = dict(worst, events=out[k]["events"] + v["events"])
             elif k not in out:
                 out[k] = v
     return out

@@ -233,3 +233,13 @@ def test_an_actors_death_cause_is_read_from_the_gcs_protobuf():
     assert _death_message(d.death_cause) == "" and _death_message(None) == ""
     d.death_cause.actor_died_error_context.error_message = "The actor died unexpectedly before finishing this task."
     assert _death_message(d.death_cause).startswith("The actor died unexpectedly")
+
+
+def test_the_pfc_agents_late_pauses_add_up_over_machines_and_keep_the_worst():
+    """m0 paused late twice (worst 40 frames after Xoff), m1 once (50): 3 events, the worst m1's."""
+    from testbed.cluster.run import _merge_pfc
+    m0 = {"reaction_us": [1.0], "late": {"events": 2, "leaked_max": 40, "headroom_frames": 32, "reaction_us": 9e3}}
+    m1 = {"reaction_us": [2.0], "late": {"events": 1, "leaked_max": 50, "headroom_frames": 32, "reaction_us": 12e3}}
+    got = _merge_pfc([m0, m1])
+    assert got["reaction_us"] == [1.0, 2.0]
+    assert got["late"] == {"events": 3, "leaked_max": 50, "headroom_frames": 32, "reaction_us": 12e3}

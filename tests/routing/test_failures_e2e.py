@@ -18,7 +18,7 @@ import pytest
 
 from testbed import runner, scenario
 
-from conftest import make_scenario, udp_send
+from conftest import guarded_run, make_scenario, udp_send
 
 pytestmark = pytest.mark.e2e
 
@@ -47,7 +47,7 @@ def runs(tmp_path_factory):
     for name, switch in [("distributed", {}),
                          ("sm10", {"routing": "sm", "sm": {"engine": "ftree", "sweep_interval": "10ms"}}),
                          ("sm100", {"routing": "sm", "sm": {"engine": "ftree", "sweep_interval": "100ms"}})]:
-        d, row = runner.run(scenario.from_dict(_doc(switch)), tmp_path_factory.mktemp(name) / "run")
+        d, row = guarded_run(scenario.from_dict(_doc(switch)), tmp_path_factory.mktemp(name) / "run")
         fail = pd.read_csv(d / "failures.csv")
         flows = pd.read_csv(d / "flows.csv")
         print(f"[{name}] rerouted_ms {[round(x * 1e3, 2) for x in fail['rerouted_s']]} "
