@@ -169,9 +169,11 @@ class RoceSpec(Strict):
                                                     # penalty point decays per this long (None: one smoothed RTT)
     message_size: Optional[Size] = None             # RDMA WRITE size; None = the whole flow (1MB for duration flows)
     mtu: Optional[Literal[256, 512, 1024, 2048, 4096]] = None   # IB path MTU; None = largest fitting packet_size
-    rto: Union[Literal["auto"], Annotated[int, *_unit(units.time_ns), Field(ge=100_000)]] = units.time_ns("10ms")
-                                                    # auto: twice the longest queueing a packet can meet on its
-                                                    # path (flows.queueing_bound_s), at least 10 ms
+    rto: Union[Literal["auto"], Annotated[int, *_unit(units.time_ns), Field(ge=100_000)]] = "auto"
+                                                    # auto: RFC 6298 estimate above twice the longest queueing a
+                                                    # packet can meet on its path (flows.rto_s), at least 10 ms;
+                                                    # a time: go-back-N's fixed timeout (a NIC's), the extended
+                                                    # transport's floor; below the queueing: a warning
     reorder_window: int = Field(32, ge=1, le=1 << 20)   # ooo receiver: NAK a hole this many PSNs behind …
     reorder_time: Optional[Annotated[int, *_unit(units.time_ns), Field(ge=0)]] = None   # … and this long after
                                                     # (None = rto / 4): sprayed paths reorder by queueing-delay spread

@@ -206,14 +206,14 @@ def _engine(traffic):
     return name, ENGINES[name]
 
 
-#: the least ``rto: auto`` gives (the engine's fixed default)
+#: the least floor ``rto: auto`` gives: the engine's timers and ACK coalescing work in milliseconds
 RTO_FLOOR_S = 0.010
 
 
 def queueing_bound_s(topo) -> float:
     """The longest a packet can queue on its way between two hosts: over the longest path (NIC, then each
-    switch hop), the sum of each hop's largest buffer ÷ its link rate (link overrides included). Flow control
-    can hold a packet longer (a paused queue does not drain), so ``rto: auto`` doubles it."""
+    switch hop), the sum of each hop's largest buffer ÷ its link rate (link overrides included). Rates are the
+    emulated ones, so under ``time_dilation: N`` the bound is N × the real fabric's."""
     worst = {}
     for link in topo.links:
         worst[link.tier] = max(worst.get(link.tier, 0.0), link.buffer_bytes * 8 / link.rate_bps)
@@ -222,24 +222,29 @@ def queueing_bound_s(topo) -> float:
 
 
 def rto_s(roce, topo) -> float:
-    """``traffic.roce.rto`` in seconds; ``auto``: twice ``queueing_bound_s``, at least ``RTO_FLOOR_S`` — a
-    fixed RTO below the queueing delay makes go-back-N resend packets that were only late (a hardware NIC's RTO,
-    milliseconds against microseconds of queueing, is far above it; emulated queues drain 1000× slower)."""
+    """``traffic.roce.rto`` in seconds. ``auto`` gives the floor of the estimated RTO: 2 × ``queueing_bound_s``
+    (a data packet and its ACK may each meet the worst queueing of a path; a paused queue can hold longer, which
+    the RTT estimate follows), at least ``RTO_FLOOR_S``. A fixed RTO below the queueing delay makes go-back-N
+    resend packets that were only late (a hardware NIC's RTO, milliseconds against microseconds of queueing, is
+    far above it; emulated queues drain 1000× slower)."""
     if roce.rto == "auto":
         return max(RTO_FLOOR_S, 2 * queueing_bound_s(topo))
     return roce.rto / 1e9
 
 
 def rto_warning(traffic, topo) -> str | None:
-    """One line when go-back-N RoCE (a fixed RTO: no transmit times to measure the RTT from) runs with an RTO
-    below the longest queueing on its path."""
-    if traffic.engine != "roce" or roce_ext(traffic):
+    """One line when RoCE runs with a fixed RTO below the longest queueing on its path: go-back-N's fixed
+    timeout fires on packets that are only late; the extended transport's estimate starts from it (4 × before
+    the first RTT sample) and can lag a queue that builds at once. ``auto`` never warns."""
+    if traffic.engine != "roce" or traffic.roce.rto == "auto":
         return None
     rto, bound = rto_s(traffic.roce, topo), queueing_bound_s(topo)
     if rto >= bound:
         return None
+    what = ("the extended transport's RTO floor: timeouts before the RTT estimate rises above it"
+            if roce_ext(traffic) else "go-back-N's fixed RTO")
     return (f"traffic.roce.rto: {rto * 1e3:g} ms is below the {bound * 1e3:.0f} ms a packet can queue on its path "
-            f"(buffers ÷ link rates): go-back-N may resend packets that are only late; set traffic.roce.rto: "
+            f"(buffers ÷ link rates): {what} may resend packets that are only late; set traffic.roce.rto: "
             f"auto (or above {bound * 1e3:.0f} ms)")
 
 
@@ -267,8 +272,12 @@ def roce_opts(traffic, topo) -> dict:
     mtu = r.mtu or rocewire.ib_mtu(packet_size)
     if mtu + rocewire.HDR_MAX + rocewire.ICRC_LEN > packet_size:
         raise ValueError(f"traffic.roce.mtu {mtu} does not fit packet_size {packet_size}")
+    auto = r.rto == "auto"
     return {"receiver": traffic.receiver, "cc": traffic.cc, "mtu": mtu, "msg_bytes": r.message_size,
-            "entropy": r.entropy, "entropy_values": r.values, "rto_s": rto,
+            "entropy": r.entropy, "entropy_values": r.values, "rto_s": rto, "rto_auto": auto,
+            # ACK requests and a paced sender's look at its ACKs: at least every RTO/8, and with auto every
+            # RTO_FLOOR_S/8 (they keep the CC's view fresh, which the fabric's worst queueing says nothing of)
+            "ack_every_s": (min(rto, RTO_FLOOR_S) if auto else rto) / 8,
             "ext": roce_ext(traffic),
             "penalty_decay_s": r.penalty_decay / 1e9 if r.penalty_decay is not None else None,
             "reorder_window": r.reorder_window,

@@ -123,8 +123,8 @@ class _CtlSink:
 def test_rto_auto_is_twice_the_longest_queueing_on_the_path():
     """4 queues on a leaf–spine path (NIC, leaf up, spine down, leaf down); 256 KB at 40 Mbit/s drains in
     52.4288 ms, so the bound is 209.7152 ms and auto 419.4304 ms; a leaf link overridden to 10 Mbit/s makes the
-    fabric hops 209.7152 ms each. A 10 ms go-back-N RTO below the bound is one warning line; ooo (adaptive RTO)
-    and an RTO above the bound none; a fabric with small buffers keeps the 10 ms floor."""
+    fabric hops 209.7152 ms each. A fixed 10 ms go-back-N RTO below the bound is one warning line; auto (the
+    default, for ooo too) and an RTO above the bound none; a fabric with small buffers keeps the 10 ms floor."""
     from testbed import topology
     from testbed.workloads import flows
     link = {"rate": "40mbit", "buffer": "256KB"}
@@ -137,7 +137,8 @@ def test_rto_auto_is_twice_the_longest_queueing_on_the_path():
     slow = make_scenario(topology={**base, "links": [{"between": ["leaf0", "spine1"], "rate": "10mbit"}]},
                          traffic={"engine": "roce"})
     assert flows.queueing_bound_s(topology.build(slow.topology)) == pytest.approx(2 * 0.0524288 + 2 * 0.2097152)
-    warn = flows.rto_warning(make_scenario(topology=base, traffic={"engine": "roce"}).traffic, topo)
+    warn = flows.rto_warning(make_scenario(topology=base, traffic={"engine": "roce", "roce": {"rto": "10ms"}})
+                             .traffic, topo)
     assert warn.startswith("traffic.roce.rto: 10 ms is below the 210 ms") and "\n" not in warn
     assert flows.rto_warning(make_scenario(topology=base, traffic={"engine": "roce", "receiver": "ooo"}).traffic,
                              topo) is None

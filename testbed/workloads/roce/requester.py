@@ -24,18 +24,22 @@ from .endpoint import (BURST, IP_TOS, Layout, MAX_LAG_S, PADS, POLL_S, POLL_SHAR
 
 
 class RttStats:
-    """RTT samples from the echoed transmit times: minimum (the base RTT seen), smoothed (EWMA 1/8, as TCP's
-    SRTT), and the median of a bounded sample."""
+    """RTT samples and the RFC 6298 retransmit timeout: SRTT/RTTVAR (gains 1/8, 1/4), RTO = SRTT + max(G, 4·RTTVAR)
+    above a floor, doubled per timeout and reset by a new ACK; also the minimum and the median of a bounded
+    sample (flows.csv rtt_*)."""
     KEEP = 4096
 
     INITIAL = 4          # RTO multiple before the first sample (RFC 6298 starts at 1 s): a first window that
                          # queues behind an incast's other first windows is not lost
+    MAX_S = 60.0         # the backed-off RTO's ceiling (RFC 6298 2.5: at least 60 s)
 
-    def __init__(self, expect: bool = False):
+    def __init__(self, expect: bool = False, granularity: float = 0.0):
         self.expect = expect                        # samples will come (the flow carries XTH timestamps)
+        self.granularity = granularity              # G: how often the sender looks at its timer
         self.min = self.srtt = None
         self.var = 0.0
         self.n = 0
+        self.backoff = 1                            # 2 ** timeouts since the last new ACK
         self.keep: list = []
 
     def add(self, r: float) -> None:
@@ -52,11 +56,22 @@ class RttStats:
             self.keep[self.n % self.KEEP] = r
 
     def rto(self, floor: float) -> float:
-        """The retransmit timeout: the configured one, or SRTT + 4·RTTVAR when that is longer (RFC 6298's
-        estimator, the configured RTO as its minimum) — a deep queue on one path must not fire it spuriously."""
+        """The retransmit timeout: SRTT + max(G, 4·RTTVAR), at least ``floor`` (the configured RTO, or what the
+        fabric's queues can hold), times the back-off — a deep queue on one path must not fire it spuriously."""
         if self.srtt is None:
-            return floor * (self.INITIAL if self.expect else 1)
-        return max(floor, self.srtt + 4 * self.var)
+            base = floor * (self.INITIAL if self.expect else 1)
+        else:
+            base = max(floor, self.srtt + max(self.granularity, 4 * self.var))
+        return min(base * self.backoff, max(self.MAX_S, base)) if self.backoff > 1 else base
+
+    def timed_out(self) -> None:
+        """RFC 6298 5.5: back the timer off (doubled, up to MAX_S)."""
+        if self.backoff < 1 << 16:
+            self.backoff *= 2
+
+    def new_ack(self) -> None:
+        """An ACK for new data: the back-off ends."""
+        self.backoff = 1
 
     def stats(self) -> dict:
         if not self.n:
@@ -121,7 +136,6 @@ class Requester:
         self.sacked = bytearray()                       # selective: PSNs the receiver SACKed
         self.nsacked = 0                                # … of them at or above una
         self.sacks = self.trim_naks = 0
-        self.rtt = RttStats(expect=self.ext)
         self.credit_limit = None                        # EQDS: new PSNs below it may go (None: no credit gate)
         self.sport = min(flow["sport"], 65535 - self.n_ent + 1)
         self.batch = max(1, min(int(o.get("batch") or 1), 32))
@@ -153,6 +167,14 @@ class Requester:
         self.rto = float(o.get("rto_s", 0.01))
         line = o.get("line_bps")
         self.poll_s = max(POLL_S, POLL_SHARE * (self.lay.mtu + w.HDR_MAX) * 8 / line) if line else POLL_S
+        # the RTO is estimated (RFC 6298, self.rto its floor) with rto: auto and on the extended transport; a
+        # go-back-N flow with a fixed rto keeps it fixed (a NIC's timeout). Without XTH timestamps the samples
+        # are this side's own send times (sent_at) of the newest PSN an ACK covers, none sent since a
+        # retransmission left (retx_at: Karn — an ACK after a go-back-N resend may answer either copy).
+        self.adaptive = self.ext or bool(o.get("rto_auto"))
+        self.rtt = RttStats(expect=self.adaptive, granularity=self.poll_s)
+        self.sent_at = array.array("d")                 # non-XTH flows: each PSN's first send time
+        self.retx_at = 0.0                              # when a retransmission last left
         self.ce_prob = float(o.get("ce_prob") or 0.0)
         self.rng = random.Random(0xCE + self.fid)
         self.deadline = job["t0"] + job["duration_s"]
@@ -176,7 +198,7 @@ class Requester:
         # ACKs every 4 packets of a slow paced flow came later than the RTO (spurious timeouts that halved
         # TIMELY's rate again and again), and a sender paced below a packet per RTT read its ACKs only when it
         # woke up to send (stale windows)
-        self.ack_every_s = self.rto / 8
+        self.ack_every_s = float(o.get("ack_every_s") or self.rto / 8)
         self.error = None
         self.done = False
         self.last_nak = -1
@@ -250,6 +272,8 @@ class Requester:
         else:
             self.acks += 1
             if idx + 1 > self.una:
+                if not self.ext and idx < len(self.sent_at) and self.sent_at[idx] > self.retx_at:
+                    self.rtt.add(now - self.sent_at[idx])  # the ACK this PSN's arrival triggered
                 self._advance(idx + 1)
                 self.last_progress = now
                 if self.nxt < self.una:
@@ -262,7 +286,9 @@ class Requester:
                 self.trace.sample(now, self.cc.cwnd, self._cc_rate())
 
     def _advance(self, una: int) -> None:
-        """The cumulative ACK moved to ``una``: PSNs SACKed below it leave the SACKed-in-flight count."""
+        """The cumulative ACK moved to ``una``: PSNs SACKed below it leave the SACKed-in-flight count; the RTO's
+        back-off ends."""
+        self.rtt.new_ack()
         if self.nsacked:
             k = self.sacked[self.una:una].count(1)
             self.nsacked -= k
@@ -338,15 +364,21 @@ class Requester:
         """Every packet acknowledged (sized flow), or the duration is over."""
         return self.una >= self.npk if self.npk is not None else now >= self.deadline
 
+    def rto_now(self) -> float:
+        """The retransmit timeout in force: estimated above ``rto`` (adaptive), else ``rto`` itself."""
+        return self.rtt.rto(self.rto) if self.adaptive else self.rto
+
     def _check_rto(self, now: float) -> None:
         """No progress for an RTO: resend the oldest unacknowledged packet (ooo) or go back to it (gbn). Not while
         retransmissions wait to go out: their timer starts when they leave (:meth:`_commit`, RFC 6298 5.3) — a
         paced flow whose rate a timeout had just cut timed out again and again before its retransmission left,
         and each timeout cut the rate once more (TIMELY fell to its floor)."""
         if (self.hi > self.una and not self.retxq and self.nxt >= self.hi
-                and now - self.last_progress > self.rtt.rto(self.rto)):
+                and now - self.last_progress > self.rto_now()):
             self.timeouts += 1
             self.last_progress = now
+            if self.adaptive:
+                self.rtt.timed_out()
             if self.track_ent and self.una < len(self.psn_ent):
                 self.policy.lost(self.psn_ent[self.una], now)
             if self.cc is not None:
@@ -555,6 +587,7 @@ class Requester:
         if self.hi <= self.una:
             self.last_progress = now
         pe = self.psn_ent if self.track_ent else None
+        st = None if self.ext else self.sent_at
         hi, retrans, nbytes, nwire, una = self.hi, 0, 0, 0, self.una
         for idx, from_q, ln, ent, wire in meta:
             if pe is not None:
@@ -569,9 +602,15 @@ class Requester:
                     self.last_progress = now
             else:
                 hi = idx + 1
+                if st is not None:
+                    if idx >= len(st):
+                        st.frombytes(bytes(8 * (idx - len(st) + 4096)))
+                    st[idx] = now
             nbytes += ln
             nwire += wire
         self.hi = hi
+        if retrans:
+            self.retx_at = now
         self.retrans += retrans
         self.bytes += nbytes
         self.sent += len(meta)
