@@ -31,7 +31,7 @@ SUMMARY_EXTRA_COLUMNS = ["flows", "flows_completed", "fct_mean_ms", "fct_max_ms"
                          "switch_buffer_peak_frac", "profile", "int_reports", "int_paths",
                          "int_path_delay_p50_ns", "int_path_delay_p99_ns", "int_path_delay_p99_max_ns", "trims",
                          "cpu_steal_mean", "cpu_steal_max", "starved_stolen_samples", "slowdown_p50",
-                         "slowdown_p99", "cpu_bound_reason"]
+                         "slowdown_p99", "cpu_bound_reason", "spurious_retransmits"]
 #: collectives.csv (runs with collective jobs): one row per job iteration.
 COLLECTIVE_COLUMNS = ["job", "iteration", "op", "bytes", "start_s", "end_s", "jct_ms"]
 #: failures.csv (runs with `failures`): one row per scheduled event.

@@ -329,6 +329,7 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     row["jct_mean_ms"] = float(jct.mean()) if len(jct) else math.nan
     row["jct_p99_ms"] = _quantile(jct, 0.99)
     row["retransmits"] = _col_sum(flows_df, "retrans")
+    row["spurious_retransmits"] = _col_sum(flows_df, "spurious_retransmits")
     row["ooo_packets"] = _col_sum(flows_df, "reordered")
     row["cnps"] = _col_sum(flows_df, "cnps")
     row["drops"] = _links_sum(links_df, "drops", "tx") + _links_sum(links_df, "qdisc_drops")

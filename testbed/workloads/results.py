@@ -58,6 +58,7 @@ class FlowResult:
     cc_rate_p95: Optional[float] = None
     int_stacks: Optional[int] = None   # hpcc: data packets that reached the receiver with an INT stack
     int_echoes: Optional[int] = None   # hpcc: ACKs that brought INT hop records back to the sender
+    spurious_retransmits: Optional[int] = None   # RoCE: copies of PSNs the receiver had accepted (resent in vain)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -118,7 +119,7 @@ def _roce_result(f, t0, tx, rx, start, end, received, complete, fct, goodput, se
         rtt_min_ms=_ms(tx.get("rtt_min_s")), rtt_p50_ms=_ms(tx.get("rtt_p50_s")), rtt_p99_ms=_ms(tx.get("rtt_p99_s")),
         cc_rate_p5=tx.get("cc_rate_p5"), cc_rate_p50=tx.get("cc_rate_p50"), cc_rate_p95=tx.get("cc_rate_p95"),
         int_stacks=rx.get("int_stacks") if tx.get("int_echoes") is not None else None,
-        int_echoes=tx.get("int_echoes"))
+        int_echoes=tx.get("int_echoes"), spurious_retransmits=rx.get("spurious_retransmits"))
 
 
 def _ms(x: Optional[float]) -> Optional[float]:

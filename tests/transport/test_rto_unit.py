@@ -1,13 +1,16 @@
 """The RoCE engine's retransmit timeout, pure: the RFC 6298 estimator (hand-computed values, Karn's rule on
-go-back-N's own send times, back-off), the floor ``rto: auto`` takes from the fabric and the fixed-RTO warning (no network)."""
+go-back-N's own send times, back-off), the floor ``rto: auto`` takes from the fabric, the fixed-RTO warning, and
+the receiver's count of spurious retransmissions carried to flows.csv and summary.csv (no network)."""
 from __future__ import annotations
 
 import pytest
 
-from testbed import topology
+from testbed import report as rp, topology
 from testbed.workloads import flows
+from testbed.workloads.results import flow_result
 from testbed.workloads.roce import requester as rq, wire as w
 from testbed.workloads.roce.requester import Requester, RttStats
+from testbed.workloads.roce.responder import Responder
 
 from conftest import make_scenario
 
@@ -173,3 +176,55 @@ def test_a_fixed_rto_below_the_worst_queueing_warns_in_one_line_for_every_transp
     assert "\n" not in gbn + ooo
     assert warn(roce={"rto": "250ms"}) is None
     assert flows.rto_warning(make_scenario(topology=BASE, traffic={"engine": "udp"}).traffic, topo) is None
+
+
+# ---------------------------------------------------------------- spurious retransmissions (the receiver)
+
+def _responder(receiver: str) -> Responder:
+    class Sink:
+        def send_ctl(self, pkt, dst):
+            return True
+    flow = {"flow_id": 0, "size_bytes": 16 * 1024, "src_addr": "198.18.0.1", "dst_addr": "198.18.0.2",
+            "sport": 49152, "opts": {"receiver": receiver, "mtu": 1024, "msg_bytes": 16 * 1024, "reorder_window": 32,
+                                     "reorder_time_s": 1.0, "rto_s": 1.0, "cnp_interval_s": 1e-3,
+                                     "ext": receiver == "ooo"}}
+    return Responder(flow, Sink(), drain_s=0.1)
+
+
+def _data(r: Responder, psn: int, trimmed: bool = False) -> None:
+    op = w.OP_WRITE_FIRST if psn == 0 else w.OP_WRITE_MIDDLE
+    hdr = (w.BTH_RETH.pack(op, 0, 0xFFFF, 0x100, psn, 0, 0, 1 << 20) if psn == 0 else
+           w.BTH.pack(op, 0, 0xFFFF, 0x100, psn))
+    p = bytearray(hdr + (w.XTH.pack(0, 0) if r.ext else b"") + bytes(1024) + bytes(4))
+    if trimmed:
+        p = p[:w.TRIM_KEEP]
+        p[4] |= w.BTH_TRIMMED
+    r.on_data(p, len(p), op, w.ECT0, 0.0, 49152)
+
+
+@pytest.mark.parametrize("receiver", ["gbn", "ooo"])
+def test_spurious_retransmits_are_copies_of_psns_already_accepted(receiver):
+    r = _responder(receiver)
+    for psn in (0, 1, 2, 3, 2):                            # 2 again: its first copy had arrived
+        _data(r, psn)
+    _data(r, 5)                                            # a gap: gbn discards it, ooo keeps it
+    for psn in (4, 5, 1):                                  # 5: gbn's needed resend / ooo's second copy; 1 again
+        _data(r, psn)
+    _data(r, 3, trimmed=True)                              # a trimmed copy of an accepted PSN: sent in vain too
+    res = r.result()
+    want = 3 if receiver == "gbn" else 4                   # 2, 1, trimmed 3 (+ 5 for ooo, which accepted it)
+    assert res["spurious_retransmits"] == want
+    assert res["dup"] == want - 1                          # the same but the trimmed copy
+
+
+def test_flows_csv_and_summary_carry_spurious_retransmits():
+    f = flows.Flow(flow_id=0, src="h0", dst="h1", src_addr="198.18.0.1", dst_addr="198.18.0.2", sport=49152,
+                   dport=4791, proto="rocev2", size_bytes=4096, rate_bps=None, start_s=0.0)
+    tx = {"send_start": 10.0, "packets_sent": 6, "retrans": 2}
+    rx = {"last_rx": 10.5, "bytes": 4096, "complete": True, "packets": 4, "dup": 1, "spurious_retransmits": 1}
+    row = dict(flow_result(f, 10.0, tx, rx).to_dict(), paths_used=1)
+    assert row["spurious_retransmits"] == 1 and row["retrans"] == 2
+    meta = dict(run_id="r1", scenario="s", load_balancing="ecmp", seed=1, duration_s=1.0, offered_mbps=1.0)
+    summary = rp.summarize(rp.links_frame([]), rp.flows_frame([row, dict(row, flow_id=1)]),
+                           dict(cpu_bound=False, cpu_busy_max=0.1, cpu_busy_mean=0.1), meta)
+    assert summary["spurious_retransmits"] == 2 and summary["retransmits"] == 4

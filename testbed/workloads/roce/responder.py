@@ -56,6 +56,7 @@ class Responder:
         self.packets = 0
         self.ooo = 0
         self.dup = 0
+        self.spurious_retx = 0            # copies of PSNs already accepted: a retransmission whose first copy arrived
         self.naks = 0
         self.acks = 0
         self.dropped = 0
@@ -160,8 +161,12 @@ class Responder:
             if idx >= self.epsn and not have[idx] & GOT:
                 have[idx] = NAKED
                 self._ack(nak_psn=idx & w.PSN_MASK, trim=True)
+            else:                                # a trimmed copy of a PSN accepted before: sent in vain
+                self.spurious_retx += 1
             return
-        if idx >= self.epsn:
+        if idx < self.epsn:
+            self.spurious_retx += 1
+        else:
             self.nak_out = True
             self._ack(nak_psn=self.epsn & w.PSN_MASK, trim=True)
 
@@ -198,6 +203,7 @@ class Responder:
                 self._ack(nak_psn=self.epsn)
         else:
             self.dup += 1
+            self.spurious_retx += 1
             self.dups_since_ack += 1
             if ackreq or self.dups_since_ack >= ACK_EVERY:
                 self.dups_since_ack = 0
@@ -211,6 +217,7 @@ class Responder:
             if have[idx] == NAKED_GOT:
                 self._spurious_nak(idx, now)
             self.dup += 1
+            self.spurious_retx += 1
             self.dups_since_ack += 1
             if ackreq or self.dups_since_ack >= ACK_EVERY:
                 self.dups_since_ack = 0
@@ -282,4 +289,5 @@ class Responder:
                     last_rx=self.complete_at or self.last_rx, complete=self.complete, dup=self.dup,
                     reordered=self.ooo, naks_sent=self.naks, acks_sent=self.acks, ce_marks=self.ce,
                     cnps_sent=self.np.cnps if self.np else 0, injected_drops=self.dropped, checksum_ok=ok,
-                    ctl_lost=self.ctl_lost, trims_seen=self.trims, int_stacks=self.int_stacks)
+                    ctl_lost=self.ctl_lost, trims_seen=self.trims, int_stacks=self.int_stacks,
+                    spurious_retransmits=self.spurious_retx)
