@@ -33,7 +33,8 @@ scenario, so a profile cannot produce a configuration the validators would refus
   ``traffic.receiver: gbn`` (go-back-N, as RoCE NICs do) with ``traffic.roce.rto: auto`` (above the longest
   queueing on the path, as a NIC's RTO is: emulated queues drain 1000× slower than hardware's, and a 10 ms RTO
   made go-back-N resend thousands of packets that were only late — 0 drops, 6,144 retransmits on
-  scenarios/ib-vs-roce.yaml; 0 with auto).
+  scenarios/ib-vs-roce.yaml; 0 with auto). ``auto`` is the engine's default too; filled all the same, so that a
+  scenario whose file says nothing still lists it in ``profile_keys``.
 
 **Traffic keys and the engine.** ``traffic.receiver`` and ``traffic.cc`` exist only for the built-in RoCE engine
 (the scenario refuses them elsewhere), so a profile fills them only when ``traffic.engine`` is ``roce``; with
