@@ -204,7 +204,10 @@ def test_spraying_with_trimming_keeps_the_tail_near_a_lone_flow(tmp_path):
     (full load, no oversubscription), oblivious spraying over 256 entropies, 8 KB fabric buffers. uet-htsim
     bounds 2 MB flows at ~1.25 × the lone-flow time. Without trimming the tail is longer on average but the two
     ranges overlap (docs/transport.md, 20 runs), so what is asserted beside the bound is the mechanism: trimming turns
-    the drops that time flows out into trims that are NAKed at once."""
+    the drops into trims that are NAKed at once: no drop and at most one timeout per flow with it, drops without.
+    The timeouts without trimming are no longer asserted: with rto auto (its floor 39 ms here) 0.5–6 per flow over
+    6 runs, every retransmission a drop's (most holes are NAKed after the reorder time); the 24.5–34 of the old
+    fixed 10 ms were mostly spurious (6–7 % of the packets sent twice in vain)."""
     _l, lone_flows, lone_row = _run(tmp_path, "lone", "uec-spray-trim", "traffic.pairs=[[h0,h4]]")
     lone = lone_flows["fct_s"][0]
     tail, timeouts, ok = {}, {}, {}
@@ -214,10 +217,10 @@ def test_spraying_with_trimming_keeps_the_tail_near_a_lone_flow(tmp_path):
         timeouts[trim] = flows["timeouts"].mean()
         drops = int(_tx(links)["drops"].sum())
         ok[trim] = bool(flows["complete"].all() and flows["checksum_ok"].all()
-                        and (not trim or (drops == 0 and flows["trims_seen"].sum() > 0)))
+                        and (drops == 0 and flows["trims_seen"].sum() > 0 if trim else drops > 0))
         print(f"\n[spray permutation, trim {trim}] tail {tail[trim]:.3f} s = {tail[trim] / lone:.3f} × "
               f"lone ({lone:.3f} s, steal {lone_row['cpu_steal_mean']:.3f}); timeouts {flows['timeouts'].tolist()}; "
               f"trims {int(_tx(links)['trims'].sum())}, drops {drops}, steal {row['cpu_steal_mean']:.3f}")
     assert all(ok.values()), ok
     assert tail[True] <= 1.2 * lone, (tail, lone)
-    assert timeouts[True] <= 1 and timeouts[False] >= 10, timeouts
+    assert timeouts[True] <= 1, timeouts
