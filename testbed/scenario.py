@@ -170,8 +170,9 @@ class RoceSpec(Strict):
     message_size: Optional[Size] = None             # RDMA WRITE size; None = the whole flow (1MB for duration flows)
     mtu: Optional[Literal[256, 512, 1024, 2048, 4096]] = None   # IB path MTU; None = largest fitting packet_size
     rto: Union[Literal["auto"], Annotated[int, *_unit(units.time_ns), Field(ge=100_000)]] = "auto"
-                                                    # auto: RFC 6298 estimate above twice the longest queueing a
-                                                    # packet can meet on its path (flows.rto_s), at least 10 ms;
+                                                    # auto: RFC 6298 estimate above the longest queueing a packet
+                                                    # can meet on its path (× 2 with flow control; flows.rto_s),
+                                                    # at least 10 ms;
                                                     # a time: go-back-N's fixed timeout (a NIC's), the extended
                                                     # transport's floor; below the queueing: a warning
     reorder_window: int = Field(32, ge=1, le=1 << 20)   # ooo receiver: NAK a hole this many PSNs behind …
@@ -253,6 +254,13 @@ class TrafficSpec(Strict):
     arrival_window: Optional[Time] = None     # poisson: flows arrive this long after `start`; None = half the rest
     replay: Optional[str] = None              # a schedule file (workloads/replay.py); then pattern/jobs unused
     _cc_config: Any = PrivateAttr(None)
+    _queues_held: bool = PrivateAttr(False)
+
+    @property
+    def queues_held(self) -> bool:
+        """Some tier runs PFC or credits, so a paused queue can hold a packet longer than its buffer ÷ rate (set by
+        the Scenario it belongs to; ``rto: auto`` doubles its floor then)."""
+        return self._queues_held
 
     @model_validator(mode="after")
     def _cc(self):
@@ -474,6 +482,7 @@ class Scenario(Strict):
                 raise ValueError(f"@switch.tiers.{tier}: this topology has no {tier} switches "
                                  f"(kind {self.topology.kind}: {', '.join(self.topology.tiers)})")
         self._rail_shift_crosses()
+        self.traffic._queues_held = any(self.switch.qos(t).flow_control for t in self.topology.tiers)
         for check in MECHANISM_CHECKS:
             check(self)
         self._docker_hosts_fit()

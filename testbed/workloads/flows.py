@@ -221,14 +221,14 @@ def queueing_bound_s(topo) -> float:
     return 2 * worst.get("host", 0.0) + fabric_hops * worst.get("fabric", 0.0)
 
 
-def rto_s(roce, topo) -> float:
-    """``traffic.roce.rto`` in seconds. ``auto`` gives the floor of the estimated RTO: 2 × ``queueing_bound_s``
-    (a data packet and its ACK may each meet the worst queueing of a path; a paused queue can hold longer, which
-    the RTT estimate follows), at least ``RTO_FLOOR_S``. A fixed RTO below the queueing delay makes go-back-N
-    resend packets that were only late (a hardware NIC's RTO, milliseconds against microseconds of queueing, is
-    far above it; emulated queues drain 1000× slower)."""
+def rto_s(roce, topo, held: bool = False) -> float:
+    """``traffic.roce.rto`` in seconds. ``auto`` gives the floor of the estimated RTO: ``queueing_bound_s``, twice
+    that when flow control can hold a paused queue (``held``: it drains slower than its rate; the ACK's own
+    queueing is left to the RTT estimate), at least ``RTO_FLOOR_S``. A fixed RTO below the queueing delay makes
+    go-back-N resend packets that were only late (a hardware NIC's RTO, milliseconds against microseconds of
+    queueing, is far above it; emulated queues drain 1000× slower)."""
     if roce.rto == "auto":
-        return max(RTO_FLOOR_S, 2 * queueing_bound_s(topo))
+        return max(RTO_FLOOR_S, (2 if held else 1) * queueing_bound_s(topo))
     return roce.rto / 1e9
 
 
@@ -268,7 +268,7 @@ def roce_opts(traffic, topo) -> dict:
     d = traffic.cc_config if traffic.cc == "dcqcn" else traffic.dcqcn
     params = roce_cc.DcqcnParams.scaled(line, **d.overrides())
     cc = roce_cc.maybe_cc(traffic.cc)
-    rto = rto_s(r, topo)
+    rto = rto_s(r, topo, traffic.queues_held)
     mtu = r.mtu or rocewire.ib_mtu(packet_size)
     if mtu + rocewire.HDR_MAX + rocewire.ICRC_LEN > packet_size:
         raise ValueError(f"traffic.roce.mtu {mtu} does not fit packet_size {packet_size}")

@@ -122,7 +122,8 @@ class _CtlSink:
 
 def test_rto_auto_is_twice_the_longest_queueing_on_the_path():
     """4 queues on a leaf–spine path (NIC, leaf up, spine down, leaf down); 256 KB at 40 Mbit/s drains in
-    52.4288 ms, so the bound is 209.7152 ms and auto 419.4304 ms; a leaf link overridden to 10 Mbit/s makes the
+    52.4288 ms, so the bound is 209.7152 ms, auto's floor that alone and 419.4304 ms where flow control can hold
+    a paused queue (PFC, credits); a leaf link overridden to 10 Mbit/s makes the
     fabric hops 209.7152 ms each. A fixed 10 ms go-back-N RTO below the bound is one warning line; auto (the
     default, for ooo too) and an RTO above the bound none; a fabric with small buffers keeps the 10 ms floor."""
     from testbed import topology
@@ -132,8 +133,11 @@ def test_rto_auto_is_twice_the_longest_queueing_on_the_path():
     sc = make_scenario(topology=base, traffic={"engine": "roce", "roce": {"rto": "auto"}})
     topo = topology.build(sc.topology)
     assert flows.queueing_bound_s(topo) == pytest.approx(4 * 262144 * 8 / 40e6)
-    assert flows.rto_s(sc.traffic.roce, topo) == pytest.approx(0.4194304)
-    assert flows.roce_opts(sc.traffic, topo)["rto_s"] == pytest.approx(0.4194304)
+    assert flows.rto_s(sc.traffic.roce, topo) == pytest.approx(0.2097152)
+    assert flows.rto_s(sc.traffic.roce, topo, held=True) == pytest.approx(0.4194304)
+    assert flows.roce_opts(sc.traffic, topo)["rto_s"] == pytest.approx(0.2097152)
+    pfc = make_scenario(profile="rocev2", topology=base, traffic={"engine": "roce"})
+    assert pfc.traffic.queues_held and flows.roce_opts(pfc.traffic, topo)["rto_s"] == pytest.approx(0.4194304)
     slow = make_scenario(topology={**base, "links": [{"between": ["leaf0", "spine1"], "rate": "10mbit"}]},
                          traffic={"engine": "roce"})
     assert flows.queueing_bound_s(topology.build(slow.topology)) == pytest.approx(2 * 0.0524288 + 2 * 0.2097152)

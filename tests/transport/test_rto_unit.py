@@ -142,22 +142,29 @@ def test_a_fixed_rto_on_go_back_n_stays_fixed(monkeypatch):
 
 # ---------------------------------------------------------------- the floor, the options, the warning
 
-def test_auto_floor_is_twice_the_worst_queueing_and_follows_time_dilation():
-    """4 queues on a leaf–spine path; 256 KB at 40 Mbit/s drains in 52.4288 ms: bound 209.7152 ms, floor
-    419.4304 ms. The same fabric written in real units at 10× the rate with time_dilation 10 emulates the same
-    links, so its floor is the same emulated 419 ms (10 × the real fabric's 41.9 ms)."""
+def test_auto_floor_is_the_worst_queueing_twice_with_flow_control_and_follows_time_dilation():
+    """4 queues on a leaf–spine path; 256 KB at 40 Mbit/s drains in 52.4288 ms: bound 209.7152 ms, the floor
+    without flow control; with PFC (or credits) on a tier a paused queue drains slower: 419.4304 ms. The same
+    fabric written in real units at 10× the rate with time_dilation 10 emulates the same links, so its floor is
+    the same emulated 210 ms (10 × the real fabric's 21 ms)."""
     sc = make_scenario(topology=BASE, traffic={"engine": "roce"})
-    assert sc.traffic.roce.rto == "auto"                   # the default
+    assert sc.traffic.roce.rto == "auto" and not sc.traffic.queues_held      # the default; a lossy fabric
     topo = topology.build(sc.topology)
-    assert flows.rto_s(sc.traffic.roce, topo) == pytest.approx(2 * 4 * 262144 * 8 / 40e6)
+    assert flows.rto_s(sc.traffic.roce, topo) == pytest.approx(4 * 262144 * 8 / 40e6)
     o = flows.roce_opts(sc.traffic, topo)
-    assert o["rto_auto"] and o["rto_s"] == pytest.approx(0.4194304)
+    assert o["rto_auto"] and o["rto_s"] == pytest.approx(0.2097152)
     assert o["ack_every_s"] == pytest.approx(flows.RTO_FLOOR_S / 8)
-    assert o["reorder_time_s"] == pytest.approx(0.4194304 / 4)
+    assert o["reorder_time_s"] == pytest.approx(0.2097152 / 4)
+    classes = {"dscp": {26: 3}, "lossless": [3]}
+    for fc in ({"pfc": {"enabled": True}}, {"credit": {"enabled": True}}):
+        held = make_scenario(topology=BASE, switch={"traffic_classes": classes, **fc},
+                             traffic={"engine": "roce", "dscp": 26})
+        assert held.traffic.queues_held, fc
+        assert flows.roce_opts(held.traffic, topo)["rto_s"] == pytest.approx(0.4194304), fc
     fast = {"rate": "400mbit", "buffer": "256KB"}
     dil = make_scenario(time_dilation=10, topology={**BASE, "host_link": fast, "fabric_link": fast},
                         traffic={"engine": "roce"})
-    assert flows.rto_s(dil.traffic.roce, topology.build(dil.topology)) == pytest.approx(0.4194304)
+    assert flows.rto_s(dil.traffic.roce, topology.build(dil.topology)) == pytest.approx(0.2097152)
     fixed = make_scenario(topology=BASE, traffic={"engine": "roce", "roce": {"rto": "50ms"}})
     o = flows.roce_opts(fixed.traffic, topo)
     assert not o["rto_auto"] and o["rto_s"] == 0.05 and o["ack_every_s"] == pytest.approx(0.05 / 8)
