@@ -36,6 +36,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter):
+    if cpu_guard.RERUNS:                 # printed as they happen too, but captured unless the test fails
+        terminalreporter.section("cpu guard re-runs")
+        for test, label, why in cpu_guard.RERUNS:
+            terminalreporter.write_line(f"{test} [{label}]: {why}")
     terminalreporter.write_line(cpu_guard.summary_line())
 
 
