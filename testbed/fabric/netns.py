@@ -35,6 +35,8 @@ STATE_DIR = "/run/fabric-testbed"
 
 CLONE_NEWNET = 0x40000000
 MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_SHARED = 1 << 20
 MNT_DETACH = 0x2
 AT_FDCWD, AT_SYMLINK_FOLLOW = -100, 0x400
 SIOCGIFFLAGS, IFF_RUNNING = 0x8913, 0x40
@@ -102,12 +104,26 @@ def pids_in(names: Iterable[str]) -> list[int]:
     return out
 
 
+def _own_mount() -> None:
+    """Make ``NETNS_DIR`` a shared mount of its own, as ``ip netns add`` does the first time: were it a plain
+    directory, a later ``ip netns add`` would bind it onto itself, hiding the namespace files mounted on the
+    directory beneath — they could no longer be unmounted, and unlinking them fails with EBUSY."""
+    d = NETNS_DIR.encode()
+    if _libc.mount(b"none", d, b"none", MS_SHARED | MS_REC, None) == 0:
+        return
+    if ctypes.get_errno() != errno.EINVAL:             # EINVAL: not a mount point yet
+        return
+    _check(_libc.mount(d, d, b"none", MS_BIND | MS_REC, None), f"bind {NETNS_DIR} onto itself")
+    _check(_libc.mount(b"none", d, b"none", MS_SHARED | MS_REC, None), f"make {NETNS_DIR} shared")
+
+
 def _anchor() -> int | None:
     """An unnamed file (O_TMPFILE) in ``NETNS_DIR``'s filesystem that a ``create`` call links every mount-point
     file to, so that none of them needs an inode of its own; None where the filesystem cannot make one. It has to
     live in the very mount of ``NETNS_DIR``: ``ip netns`` bind-mounts that directory onto itself, and a hard link
     from anywhere else fails with EXDEV."""
     os.makedirs(NETNS_DIR, exist_ok=True)
+    _own_mount()
     try:
         return os.open(NETNS_DIR, os.O_TMPFILE | os.O_RDWR, 0o444)
     except OSError:

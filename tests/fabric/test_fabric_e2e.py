@@ -304,6 +304,30 @@ def test_namespace_mount_points_share_one_inode():
     assert not any(os.path.lexists(netns.path(n)) for n in names)
 
 
+def test_the_namespace_directory_is_a_mount_of_its_own_before_a_namespace_is_mounted(tmp_path, monkeypatch):
+    """A namespace file mounted on a plain directory is hidden when `ip netns add` later binds the directory
+    onto itself: it can no longer be unmounted, and unlinking it fails with EBUSY (a CI machine kept 13 such
+    files). create() makes the directory a shared mount of its own first, as `ip netns` does; `ip netns add`
+    then leaves it alone, and the namespace is removed."""
+    import os
+    d = tmp_path / "netns"
+    monkeypatch.setattr(netns, "NETNS_DIR", str(d))
+
+    def mounts():                 # a bind of the same filesystem: os.path.ismount cannot tell
+        return [ln for ln in open("/proc/self/mountinfo") if ln.split()[4] == str(d)]
+    try:
+        netns.create(["ftb-townmount-a"])
+        (own,) = mounts()
+        assert "shared:" in own
+        netns.create(["ftb-townmount-b"])                      # a mount already: not bound again
+        assert len(mounts()) == 1
+        netns.delete(["ftb-townmount-a", "ftb-townmount-b"])
+        assert not os.listdir(d)
+    finally:
+        for _ in mounts():
+            subprocess.run(["umount", "-l", str(d)], check=True)
+
+
 def test_teardown_leaves_no_namespace_veth_or_bpf_program(lab):
     from testbed.lab import Lab
     progs_before = set(_switch_programs())
