@@ -325,10 +325,12 @@ def execute(path: str, sets: Sequence[str], varies: Sequence[str], seeds: int | 
                 interrupts.check()
             progress.update(task, current="")
     except BaseException as e:                         # Ctrl-C / SIGTERM: the current run is already torn down
-        finish()
         why = "stopped" if isinstance(e, Exception) else "interrupted"
-        log(f"{why}: {len(rows)} of {len(runs)} runs finished; {outdir / 'sweep.csv'} and {outdir / COMPARISON_CSV} "
-            f"hold them; `--resume` with the same arguments runs the rest")
+        try:
+            finish()
+        finally:                                        # said even when a second Ctrl-C lands in finish()
+            log(f"{why}: {len(rows)} of {len(runs)} runs finished; {outdir / 'sweep.csv'} and "
+                f"{outdir / COMPARISON_CSV} hold them; `--resume` with the same arguments runs the rest")
         raise
     df, comp = finish()
     n_failed = int((df["status"] == FAILED).sum()) if len(df) else 0

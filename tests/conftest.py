@@ -21,16 +21,13 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTBED = [sys.executable, "-m", "testbed.cli"]
 
 
-_HOG = cpu_guard.Hog()
-
-
 def pytest_sessionstart(session):
     if cpu_guard.Hog.wanted():
-        _HOG.start()
+        cpu_guard.HOG.start()
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if (line := _HOG.stop()) is not None:
+    if (line := cpu_guard.HOG.stop()) is not None:
         print(f"\n{line}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

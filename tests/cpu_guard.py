@@ -94,3 +94,11 @@ class Hog:
                 self.proc.wait()
         self.proc = None
         return None if died is None else f"FTB_STRESS: stress-ng exited early (status {died})"
+
+    def pid(self) -> int | None:
+        """The hog's pid (a child of the session: tests that count their children leave it out)."""
+        return self.proc.pid if self.proc is not None else None
+
+
+#: the session's hog (started by conftest when FTB_STRESS=1)
+HOG = Hog()

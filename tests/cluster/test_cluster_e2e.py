@@ -82,6 +82,14 @@ def _valid_run(tmp_path, name, *args):
     return cpu_guard.valid(once, name, row_of=lambda got: _rows(got[1] / "summary.csv")[0])
 
 
+def _part_labs() -> list[dict]:
+    """The state files of the split runs' parts on this machine (labs named c<4 hex>m<i>)."""
+    import re
+
+    from testbed.lab import all_labs
+    return [st for st in all_labs() if re.fullmatch(r"c[0-9a-f]{4}m\d+", st["name"])]
+
+
 def _sum_by_port(out: Path, switch: str, direction: str = "tx") -> dict[str, int]:
     acc: dict[str, int] = {}
     for r in _rows(out / "links.csv"):

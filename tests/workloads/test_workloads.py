@@ -12,6 +12,8 @@ from testbed.fabric import netns
 from testbed.workloads import ENGINES, Flow, WorkloadError, offered_mbps, plan, run
 from testbed.workloads.engine_api import Pacer
 from testbed.workloads.udp import HDR, udp_packet_count
+
+import cpu_guard
 from testbed.workloads.flows import derangement
 
 
@@ -217,6 +219,7 @@ def lab():
 
 
 def _children() -> list[int]:
+    """This process's children but the FTB_STRESS hog."""
     me = str(os.getpid())
     out = []
     for d in os.listdir("/proc"):
@@ -227,7 +230,7 @@ def _children() -> list[int]:
                         out.append(int(d))
             except (OSError, IndexError):
                 pass
-    return out
+    return [p for p in out if p != cpu_guard.HOG.pid()]
 
 
 def F(i, src, dst, proto="udp", size=None, rate=None, sport=None, dport=5001, start=0.0):
