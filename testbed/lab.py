@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import re
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,8 +184,8 @@ def clean_all() -> tuple[int, int, int | None]:
     netns.delete(leftovers)
     from .telemetry.cpu import group_names, remove_group
     for name in group_names():                 # cgroups of killed runs whose state file is gone
-        if name not in live:
-            remove_group(name)
+        if name not in live and not any(re.fullmatch(rf"{re.escape(name)}m\d+", n) for n in live):  # a split
+            remove_group(name)                                                 # run's parts share theirs
     if failed:
         raise DockerError(f"{failed[0]}" + (f" (and {len(failed) - 1} more lab(s))" if len(failed) > 1 else "")
                           + "; everything else was removed")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -52,6 +53,7 @@ class Part:
         self.captures = None                   # capture: this machine's tcpdumps, into a directory of its own
         self.agents = None
         self.relay = None                      # gated flows: this machine's gate directory and relay
+        self.acct = None                       # the run's cpuacct group on this machine (shared by its parts)
         self._lock = threading.Lock()
 
     def probe(self) -> dict:
@@ -70,7 +72,11 @@ class Part:
         import ray
 
         from ..lab import Lab, reap_stale
+        from ..telemetry import LabCpuAccount
         reap_stale()
+        if kind == "run":        # before the lab forks its helpers: they join it; named after the run, so
+            # that the parts on one machine are counted together, as one machine's lab would be
+            self.acct = LabCpuAccount(run_of(lab_name), shared=True).__enter__()
         lab = Lab(scen, lab_name, kind=kind, keep=kind == "up", nodes=nodes,
                   tunnels={ifx: Tunnel(vni, lo, rem) for ifx, (vni, lo, rem) in tunnels.items()},
                   underlay=ray.util.get_node_ip_address(), key=key)
@@ -111,7 +117,7 @@ class Part:
                                      Path(tempfile.mkdtemp(prefix=f"ftb-{lab.name}-")), mac_control=lab.pfc_on)
             self.captures.start()
         self.sampler = telemetry.LinkSampler(lab.topo, lab.datapath, lab.scen.telemetry.interval / 1e9, lab.fabric,
-                                             origin=origin, cpu=telemetry.CpuGuard(None, origin),
+                                             origin=origin, cpu=telemetry.CpuGuard(self.acct, origin),
                                              resync_classes=not lab.pfc_on)
         self.sampler.start()
         if lab.datapath.int_spec is not None:
@@ -221,6 +227,14 @@ class Part:
             lab = self.lab
         if lab is not None:
             lab.close(force=True)
+        acct, self.acct = self.acct, None
+        if acct is not None:
+            acct.__exit__(None, None, None)
+
+
+def run_of(part_lab: str) -> str:
+    """The run a part's lab belongs to: ``c1a2bm1`` → ``c1a2b``."""
+    return re.sub(r"m\d+$", "", part_lab)
 
 
 def cleanup(lab_name: str) -> int:
@@ -230,4 +244,4 @@ def cleanup(lab_name: str) -> int:
     return remove(lab_name)
 
 
-__all__ = ["Part", "cleanup", "underlay_of"]
+__all__ = ["Part", "cleanup", "run_of", "underlay_of"]

@@ -557,7 +557,8 @@ class ClusterBackend(Backend):
         for f in finals.values():
             for k, v in f["drops"].items():
                 got.drops[k] = got.drops.get(k, 0) + v
-        got.cpu = {"cpu_accounting": "core-total",
+        cgroups = all(f["cpu"].get("cpu_accounting") == "cgroup" for f in finals.values())  # one per machine
+        got.cpu = {"cpu_accounting": "cgroup" if cgroups else "core-total",
                    "cpu_samples": sorted((s for f in finals.values() for s in f["cpu"]["cpu_samples"]),
                                          key=lambda s: s[0]),
                    "cpu_steal": sorted((s for f in finals.values() for s in f["cpu"]["cpu_steal"]),

@@ -22,6 +22,7 @@ sample is kept too (``cpu_steal``), so a run on a contended host is flagged rath
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
@@ -92,8 +93,9 @@ class LabCpuAccount:
     the guard can tell the lab's CPU time per core from other processes'. ``available`` is False where there
     is no cgroup-v1 cpuacct (then ``why`` says so)."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, shared: bool = False):
         self.path = CPUACCT / f"ftb-{name}"
+        self.shared = shared            # the parts of a split run on one machine share it: the last out removes it
         self.available = False          # this process is in the group now
         self.joined = False             # it was, for the run (stays True after leaving)
         self.why = ""
@@ -126,6 +128,9 @@ class LabCpuAccount:
         try:
             self.path.rmdir()
         except OSError as e:         # a process of the run still in it: leave the group, say why
+            if self.shared and e.errno == errno.EBUSY:  # another part of the run: it removes the group
+                self.available = False
+                return
             self.why = f"cgroup {self.path} not removed ({e.strerror}); `testbed clean` removes it"
         self.available = False
 
