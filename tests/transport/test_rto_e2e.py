@@ -50,8 +50,9 @@ def test_a_lossless_incast_under_flow_control_resends_nothing_in_vain(tmp_path, 
 def test_the_infiniband_profile_resends_nothing_in_vain(tmp_path):
     """scenarios/ib-vs-roce.yaml, profile infiniband (credits, per-packet adaptive routing, ooo): 0 drops; with the
     old 10 ms RTO its reorder time was 2.5 ms and it resent 164–221 reordered packets, with rto auto (floor
-    419 ms, reorder time 105 ms) none. Often flagged by the CPU guard on 2 cores (then run again)."""
-    flows, _m, row = _valid(tmp_path, "infiniband", "ib-vs-roce", "profile=infiniband")
+    419 ms, reorder time 105 ms) none. At time_dilation 2: undilated, the guard flagged it in 2 of 3 attempts of
+    a CI rehearsal (starved shapers)."""
+    flows, _m, row = _valid(tmp_path, "infiniband", "ib-vs-roce", "profile=infiniband", "time_dilation=2")
     assert row["drops"] == 0 and bool(flows["complete"].all())
     assert_few_spurious(flows, row, "ib-vs-roce infiniband")
 
