@@ -76,26 +76,14 @@ _BPF_PROG_LOAD = 5
 _BPF_LINK_CREATE = 28
 BPF_PROG_TYPE_SCHED_CLS = 3
 BPF_TCX_INGRESS = 46
-_BPF_NR = {"x86_64": 321, "amd64": 321, "aarch64": 280, "arm64": 280, "riscv64": 280, "loongarch64": 280,
-           "i386": 357, "i686": 357, "armv7l": 386, "ppc64le": 361, "ppc64": 361, "s390x": 351}
 # r0 = 0 (BPF_ALU64|BPF_MOV|BPF_K); exit (BPF_JMP|BPF_EXIT). For a direct-action tc program 0 = TC_ACT_OK.
 _TRIVIAL_PROG = struct.pack("<BBhi", 0xB7, 0, 0, 0) + struct.pack("<BBhi", 0x95, 0, 0, 0)
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
 
 def _bpf(cmd: int, attr: bytes) -> int:
-    """Raw bpf(2); returns the result (an fd for loads/links) or raises OSError."""
-    nr = _BPF_NR.get(platform.machine())
-    if nr is None:
-        raise OSError(errno.ENOSYS, f"bpf syscall number unknown for {platform.machine()}")
-    buf = ctypes.create_string_buffer(attr, len(attr))
-    ret = _libc.syscall(ctypes.c_long(nr), ctypes.c_int(cmd), buf, ctypes.c_uint(len(attr)))
-    if ret < 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
-    return int(ret)
+    """Raw bpf(2) on an attr given as bytes; returns the result (an fd for loads/links) or raises OSError."""
+    from .datapath.objects import bpf
+    return bpf(cmd, ctypes.create_string_buffer(attr, len(attr)))
 
 
 def load_trivial_sched_cls() -> int:

@@ -354,20 +354,14 @@ def cluster():
 def bpf_programs_held(pids) -> set[int]:
     """The ids of the BPF programs these processes hold open (/proc/<pid>/fdinfo ``prog_id``): a run's programs,
     read while it runs (their names, ftb_switch_ingress …, are the same in every lab)."""
+    from testbed.datapath.objects import program_id
     out = set()
     for pid in pids:
         try:
             fds = os.listdir(f"/proc/{pid}/fdinfo")
         except OSError:
             continue
-        for fd in fds:
-            try:
-                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                    for line in f:
-                        if line.startswith("prog_id:"):
-                            out.add(int(line.split()[1]))
-            except OSError:
-                continue
+        out |= {i for fd in fds if (i := program_id(int(fd), pid)) is not None}
     return out
 
 

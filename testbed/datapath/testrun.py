@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 
 from ..errors import DatapathError
+from .objects import BPF_NR, bpf
 
-_NR_BPF = {"x86_64": 321, "aarch64": 280, "riscv64": 280, "ppc64le": 361, "s390x": 351}
 BPF_PROG_TEST_RUN = 10
 SKB_CTX_SIZE = 192            # >= sizeof(struct __sk_buff); the kernel accepts a zero tail
 SKB_IFINDEX_OFFSET = 40       # struct __sk_buff: len, pkt_type, mark, queue_mapping, protocol, vlan_present,
@@ -45,13 +45,9 @@ class RunResult:
     priority: int = 0     # skb->priority after the program (with ``ifindex``: the context is passed and read back)
 
 
-_libc = ct.CDLL(None, use_errno=True)
-
-
 def run(prog_fd: int, packet: bytes, ifindex: int | None = None, repeat: int = 1) -> RunResult:
     """Run the tc program ``prog_fd`` on ``packet`` (an Ethernet frame), as if received on ``ifindex``."""
-    nr = _NR_BPF.get(os.uname().machine)
-    if nr is None:
+    if BPF_NR is None:
         raise DatapathError(f"BPF_PROG_TEST_RUN: unknown bpf syscall number on {os.uname().machine}")
     data_in = ct.create_string_buffer(packet, len(packet))
     data_out = ct.create_string_buffer(len(packet) + 512)      # room for what the program adds (INT stacks)
@@ -63,10 +59,10 @@ def run(prog_fd: int, packet: bytes, ifindex: int | None = None, repeat: int = 1
         ct.c_uint32.from_buffer(ctx, SKB_IFINDEX_OFFSET).value = ifindex
         attr.ctx_in, attr.ctx_size_in = ct.addressof(ctx), SKB_CTX_SIZE
         attr.ctx_out, attr.ctx_size_out = ct.addressof(ctx_out), SKB_CTX_SIZE
-    rc = _libc.syscall(nr, BPF_PROG_TEST_RUN, ct.byref(attr), ct.sizeof(attr))
-    if rc != 0:
-        err = ct.get_errno()
-        hint = " (no device with that ifindex in this network namespace?)" if err == errno.ENODEV else ""
-        raise OSError(err, f"BPF_PROG_TEST_RUN failed: {os.strerror(err)}{hint}")
+    try:
+        bpf(BPF_PROG_TEST_RUN, attr)
+    except OSError as e:
+        hint = " (no device with that ifindex in this network namespace?)" if e.errno == errno.ENODEV else ""
+        raise OSError(e.errno, f"BPF_PROG_TEST_RUN failed: {os.strerror(e.errno)}{hint}") from None
     return RunResult(attr.retval, data_out.raw[:attr.data_size_out], attr.duration,
                      ct.c_uint32.from_buffer(ctx_out, SKB_PRIORITY_OFFSET).value)
