@@ -199,7 +199,7 @@ struct acct_scratch {             /* per CPU: where each chunk's egress queue ha
 
 /* Commands of the control program (ftb_ctl), run by user space with BPF_PROG_TEST_RUN on a packet that holds
  * one struct ctl_cmd: changes to the queue model that must be atomic with the switch program's updates. */
-enum { CTL_VQ_RESYNC = 1, CTL_VQ_SHIFT = 2, CTL_XON_RESET = 3, CTL_VQ_CREDIT = 4 };
+enum { CTL_VQ_RESYNC = 1, CTL_VQ_SHIFT = 2, CTL_XON_RESET = 3, CTL_VQ_CREDIT = 4, CTL_INGRESS_RECOUNT = 5 };
 struct ctl_cmd {
 	__u32 op;
 	__u32 key;                /* vq index (ifindex * N_PRIO + prio) or ingress_state index */

@@ -1,12 +1,14 @@
 /* The control program's commands (ftb_ctl, run by user space with BPF_PROG_TEST_RUN on a packet holding one
  * struct ctl_cmd): changes to the queue model and the ingress state that must take the same spin locks as the
- * switch program — resync with the real backlog, shift after a pause, Xon reset, a credit grant. User space
+ * switch program — resync with the real backlog, shift after a pause, Xon reset, a credit grant, an ingress
+ * recount. User space
  * never writes `vq` or `ingress_state` directly (a write racing with the program would lose packets). */
 #ifndef FTB_CONTROL_H
 #define FTB_CONTROL_H
 
 #include "maps.h"
 #include "credit.h"
+#include "ingress_acct.h"
 
 /* User space's atomic changes to the model (struct ctl_cmd, see common.h). */
 FTB_ALWAYS_INLINE int qos_control(const struct ctl_cmd *c)
@@ -28,6 +30,15 @@ FTB_ALWAYS_INLINE int qos_control(const struct ctl_cmd *c)
 		st->leaked = 0;
 		bpf_spin_unlock(&st->lock);
 		return 0;
+	}
+	if (c->op == CTL_INGRESS_RECOUNT) {
+		/* drain ingress `key` (port * N_PRIO + prio) to where its egress queues have sent now, for good, and
+		 * return the bytes still queued: a credit grant sized on this figure cannot be undone by a later resync
+		 * that moves an egress queue's model back (a read-only recount could, and over-granted) */
+		st = ingress_state.lookup(&key);
+		if (!st)
+			return -1;
+		return (int)ingress_recount(st, key % N_PRIO, bpf_ktime_get_ns());
 	}
 	q = vq.lookup(&key);
 	if (!q)

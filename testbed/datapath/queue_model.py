@@ -14,7 +14,7 @@ import time
 from ..fabric.port import N_PRIO
 from . import testrun
 
-CTL_VQ_RESYNC, CTL_VQ_SHIFT, CTL_XON_RESET, CTL_VQ_CREDIT = 1, 2, 3, 4      # enum in ebpf/lib/common.h
+CTL_VQ_RESYNC, CTL_VQ_SHIFT, CTL_XON_RESET, CTL_VQ_CREDIT, CTL_INGRESS_RECOUNT = 1, 2, 3, 4, 5   # ebpf/lib/common.h
 CTL_CMD = struct.Struct("=IIQQQ")                          # struct ctl_cmd
 
 

@@ -8,14 +8,18 @@ The emulation meters each sender with its own serialiser. The sending port's TBF
 (PortConfig) runs at a near-zero token rate, so its *bucket is the credit*: it sends what its bucket holds, at
 the pace of the HTB class above it, then waits. Every ``update_interval`` the agent reads, per link and lane, the
 receiver's free buffer for that ingress — the credit buffer minus the bytes of that ingress still queued in the
-receiving switch (the switch program's per-ingress accounting, lib/ingress_acct.h) — less a margin, in ``block``s. The
-credit the sender still holds is never more than that (it was granted out of space that has since filled or is
-still free), so an update only adds credit and is skipped while the sender holds most of what it could get.
-A TBF change refills the bucket — an absolute limit from that instant, like IB's FCCL — so the bytes the sender
-sent between the reading and the change are taken off the grant (the ingress's ``arrived`` counter, read again
-just before). What can still pass the limit: what it sends during the netlink call itself and the near-zero
-token refill; the margin (two frames + 0.5 ms of the rate) covers them, and the switch program drops whatever
-would overflow the ingress's buffer, so a violation shows as a drop.
+receiving switch (the switch program's per-ingress accounting, lib/ingress_acct.h) — less a margin, in ``block``s,
+and turns it into an absolute limit as InfiniBand does: FCCL = the bytes the ingress ever received + that credit,
+the stream position the sender may send up to. The sender's side of the stream is FCTBS, the bytes its TBF leaf
+has sent (less the agent's kick frames), so bytes still on their way count as sent.
+
+A TBF change refills the bucket rather than adding to it, so a grant is applied in two steps: *close* the old
+grant (bucket one frame), read FCTBS, then open FCCL − FCTBS. Whatever the old bucket let out while
+the agent was late is in FCTBS by then, so the limit holds however long the agent is delayed (one change that
+replaced the bucket directly let the bytes sent during a late netlink call come on top of the new bucket: 24
+packets overflowed a 32 KB ingress once in a million under CPU load). The margin (two frames)
+covers the frame the close lets the port keep, the kick frames and the near-zero token refill; the switch program drops
+whatever would overflow the ingress's buffer, so a violation shows as a drop.
 
 A switch sender's queue model learns its grant (CTL_VQ_CREDIT: the stream position it may send to and what it
 has really sent), so upstream accounting and ECN see a credit-starved queue hold its bytes. A link whose
@@ -38,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import TestbedError
-from ..datapath.queue_model import CTL_VQ_CREDIT, ingress_queued
+from ..datapath.queue_model import CTL_INGRESS_RECOUNT, CTL_VQ_CREDIT, control
 from ..fabric.netlink import TbfBucket
 from ..fabric.port import ETH_HLEN, N_PRIO
 from ..topology import TIERS
@@ -46,7 +50,6 @@ from .mac_control import CREDIT_OPCODE, ETH_P_MACCTL, KICK_LEN, PFC_DST
 
 TICK_LIMIT_S = 200.0            # a bucket of B bytes at the meter's rate is B/rate seconds: keep it in a u32 of ticks
 MIN_METER_BPS = 8000            # the meter's token rate: refills ≤ 1 byte per ms
-MARGIN_S = 0.0005               # the netlink call applying a grant, covered by the margin (p50 ~50 µs)
 REFRESH = 16                    # a remote link's unchanged grant is sent again after this many intervals
 
 
@@ -56,10 +59,11 @@ def meter_rate(buffer: int) -> int:
     return max(MIN_METER_BPS, -(-buffer * 8 // int(TICK_LIMIT_S)))
 
 
-def margin_bytes(rate_bps: int, mtu: int) -> int:
-    """Credit kept back per link: two frames (the meter's token refill, block rounding, a frame in flight when the
-    grant lands) and what the sender can send while a grant is being applied."""
-    return 2 * (mtu + ETH_HLEN) + int(rate_bps / 8 * MARGIN_S)
+def margin_bytes(mtu: int) -> int:
+    """Credit kept back per link: two frames — the one a grant's close lets the sender keep (``_apply``), and one
+    for the kick frames and the meter's near-zero token refill. The agent's delay needs none: a grant is exact
+    however late it is applied."""
+    return 2 * (mtu + ETH_HLEN)
 
 
 class CreditConfigError(TestbedError, ValueError):
@@ -67,8 +71,8 @@ class CreditConfigError(TestbedError, ValueError):
 
 
 def check_buffers(ports: dict, switch_spec) -> list[str]:
-    """Refuse (CreditConfigError) a tier whose credit buffer cannot hold the margin plus one frame at its fastest
-    sender — its senders would stall for ever; return a warning per tier whose buffer caps the rate below the
+    """Refuse (CreditConfigError) a tier whose credit buffer cannot hold the margin plus two frames (a grant raises
+    a sender's limit by two frames at least) — its senders would stall for ever; return a warning per tier whose buffer caps the rate below the
     line rate (a sender can use at most buffer − margin per update interval)."""
     warnings = []
     metered = {c.port.tier for c in ports.values() if c.flow_control == "credit" and c.is_switch_port}
@@ -77,13 +81,13 @@ def check_buffers(ports: dict, switch_spec) -> list[str]:
         worst = min(tier_ports, key=lambda c: c.ingress_buffer)
         rate = max(ports[c.port.peer_ifindex].rate_bps for c in tier_ports)
         frame = worst.mtu + ETH_HLEN
-        margin = margin_bytes(rate, worst.mtu)
+        margin = margin_bytes(worst.mtu)
         where = f"switch.tiers.{tier}.credit.buffer" if tier in switch_spec.tiers else "switch.credit.buffer"
-        if worst.ingress_buffer < margin + frame:
+        if worst.ingress_buffer < margin + 2 * frame:
             raise CreditConfigError(
                 f"@{where}: {worst.ingress_buffer} bytes of credit buffer ({tier} switches, {worst.node}/"
-                f"{worst.ifname}) cannot hold the emulation's margin at {rate / 1e6:g} Mbit/s ({margin} bytes: "
-                f"2 frames + 0.5 ms of the rate) and one frame; set at least {margin + frame} bytes")
+                f"{worst.ifname}) cannot hold the emulation's margin ({margin} bytes: 2 frames) and the two frames a "
+                f"grant opens at least; set at least {margin + 2 * frame} bytes")
         interval = switch_spec.qos(tier).credit.update_interval
         cap = (worst.ingress_buffer - margin) * 8e9 / interval
         if cap < rate:
@@ -119,9 +123,8 @@ class CreditLink:
     frame: int
     step: int                       # the least credit an update adds (fewer updates, same credit)
     modelled: bool                  # the sender is a switch port (its queue has a model to cap), not a NIC
-    limit: int = 0                  # the grant in force: local, the bucket set at the last update; remote, FCCL
+    limit: int = 0                  # the FCCL in force: the stream position (bytes) the sender may send up to
     stalled_since: int | None = None
-    arrived: int = 0                # the ingress's arrived counter when that grant was set
     src_mac: bytes = b""            # remote: the receiving port's MAC, source of its credit frames
     sent_at: int = 0                # remote: when the last credit frame went out (ns)
     stats: dict = field(default_factory=lambda: {"updates": 0, "stalls": 0, "stall_ns": 0, "granted": 0})
@@ -150,7 +153,6 @@ class CreditMeter:
         self.agent, self.o, self.bpf = agent, agent.o, agent.bpf
         self.interval_ns = interval_ns
         self.next_ns = 0
-        self.slots = agent.slots
         self.state = self.bpf[b"ingress_state"]
         self.latency_us: list[float] = []                  # reading → change applied, per grant sent
         self.remote_us: list[float] = []                   # credit frame received → meter set (remote senders)
@@ -169,14 +171,13 @@ class CreditMeter:
             for prio in d.lossless:
                 if prio not in u.classes:
                     raise ValueError(f"credits: {u.node}/{u.ifname} has no class for priority {prio} to meter")
-                margin = margin_bytes(u.rate_bps, u.mtu)
+                margin = margin_bytes(u.mtu)
                 link = CreditLink(
                     down=down, up=u.ifindex, prio=prio, buffer=d.ingress_buffer, margin=margin,
                     block=self.o.scen.switch.qos(d.port.tier).credit.block,
                     bucket=self._bucket(u, prio, d.ingress_buffer) if u.node in here else None,
-                    frame=u.mtu + ETH_HLEN, step=max(u.mtu + ETH_HLEN, (d.ingress_buffer - margin) // 4),
+                    frame=u.mtu + ETH_HLEN, step=max(2 * (u.mtu + ETH_HLEN), (d.ingress_buffer - margin) // 4),
                     modelled=u.is_switch_port, src_mac=bytes.fromhex(d.port.mac.replace(":", "")))
-                link.arrived = self._arrived(link)
                 out.append(link)
         return out
 
@@ -198,9 +199,19 @@ class CreditMeter:
         """The pre-encoded change of ``u``'s meter for ``prio`` (a receiver of credit buffer ``buffer``)."""
         return TbfBucket(u.ifindex, u.leaf_handle(prio), u.class_id(prio), meter_rate(buffer), u.queue_limit(prio))
 
-    def _ingress(self, link: CreditLink, now: int) -> tuple[int, int]:
-        """(bytes of the ingress still queued in the receiving switch, bytes it ever received)."""
-        return ingress_queued(self.bpf, self.slots, link.down, link.prio, now), self._arrived(link)
+    def _ingress(self, link: CreditLink) -> tuple[int, int] | None:
+        """(bytes of the ingress still queued in the receiving switch, bytes it ever received); None if the switch
+        program refused the recount (recorded as an error). ``arrived`` is read first: a packet charged between
+        the two readings is counted as queued and not as received, which only lowers the grant. The recount
+        commits the drain in the switch program (CTL_INGRESS_RECOUNT): a figure computed beside it, read-only,
+        could be undone by a resync that later moved an egress queue's model back, and the grant sized on it
+        overflowed the ingress by that drift (30 packets once in 1.2 M)."""
+        arrived = self._arrived(link)
+        queued = control(self.agent.ctl_fd, CTL_INGRESS_RECOUNT, link.down * N_PRIO + link.prio)
+        if queued < 0:
+            self.agent.errors.append(f"ingress recount of port {link.down} priority {link.prio}: {queued}")
+            return None
+        return queued, arrived
 
     def _arrived(self, link: CreditLink) -> int:
         return int(self.state[self.state.Key(link.down * N_PRIO + link.prio)].arrived)
@@ -214,12 +225,15 @@ class CreditMeter:
             self._update(link)
 
     def _update(self, link: CreditLink) -> None:
-        """One credit update of a link. The credit the sender still holds never exceeds what the receiver could
-        grant now (it was granted out of space since filled or still free), so an update only ever adds credit,
-        and is skipped while the sender holds most of what it could be given."""
+        """One credit update of a link: the new FCCL is what the ingress received so far plus the credit it can
+        grant now. The credit the sender still holds never exceeds that (it was granted out of space since filled
+        or still free), so an update only ever raises the limit, and is skipped while it would raise it by less
+        than a step."""
         t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        queued, arrived = self._ingress(link, t0)
-        held = link.limit - (arrived - link.arrived)            # credit the sender has not used yet
+        reading = self._ingress(link)
+        if reading is None:
+            return
+        queued, arrived = reading
         credit = grant(link.buffer, queued, link.margin, link.block)
         st = link.stats
         if credit < link.frame:                                 # the receiver's buffer is full: the link stalls
@@ -232,32 +246,49 @@ class CreditMeter:
             elif link.remote and t0 - link.sent_at >= REFRESH * self.interval_ns:
                 self._send_frame(link, t0, link.limit)
             return
+        limit = max(arrived + credit, link.limit)
         if link.remote:
-            self._grant_remote(link, t0, arrived + credit)
+            self._grant_remote(link, t0, limit)
             return
-        if link.stalled_since is None and credit < held + link.step:
+        if link.stalled_since is None and limit < link.limit + link.step:
             return
-        # bytes the sender sent since the reading came out of the credit it held then: take them off the grant
-        now_arrived = self._arrived(link)
-        bucket = credit - (now_arrived - arrived)
-        if bucket < link.frame:
+        t1 = self._apply(link.up, link.prio, link.bucket, link.frame, limit, link.limit, link.modelled)
+        if t1 is None:
             return
-        self.agent.netlink(link.up, link.bucket.with_burst(bucket))
-        t1 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        if link.modelled:                                       # the sender's queue model: sent so far, and its cap
-            self.agent.control(CTL_VQ_CREDIT, link.up * N_PRIO + link.prio, t1, now_arrived, now_arrived + bucket)
         self.latency_us.append((t1 - t0) / 1000)
-        st["granted"] += bucket - max(0, held - (now_arrived - arrived))
+        st["granted"] += limit - link.limit
         st["updates"] += 1
         if link.stalled_since is not None:
             st["stall_ns"] += t1 - link.stalled_since
             link.stalled_since = None
+        link.limit = limit
+        self._write_stats(link)
+
+    def _apply(self, port: int, prio: int, bucket: TbfBucket, frame: int, limit: int, current: int,
+               modelled: bool) -> int | None:
+        """Raise (port, prio)'s limit from ``current`` to stream position ``limit`` (FCCL), however late this
+        agent is: close the grant in force (a bucket of one frame: TBF drops a frame its bucket cannot hold), read
+        what the port has sent (FCTBS), then open the rest. A raise of less than two frames waits for a larger
+        one: the close's frame must fit under the new limit and leave at least a frame to open, or closes without
+        an open would let a frame out each. So the port never passes the newest limit by more than the one frame
+        the close let it keep (the margin's first frame). Returns when the open was applied (CLOCK_MONOTONIC ns);
+        None when nothing was applied."""
+        if limit < current + 2 * frame:
+            return None
+        self.agent.netlink(port, bucket.with_burst(frame))
+        sent = self._sent(port, prio)
+        if sent is None:
+            return None
+        opened = max(frame, limit - sent)      # sent ≤ current + frame ≤ limit − frame unless a counter lied
+        self.agent.netlink(port, bucket.with_burst(opened))
+        applied = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        if modelled:                                            # the sender's queue model: sent so far, and its cap
+            self.agent.control(CTL_VQ_CREDIT, port * N_PRIO + prio, applied, sent, limit)
         # A TBF change does not re-arm the watchdog a starved TBF set for its near-zero rate (up to a frame's
         # time at 8 kbit/s, 1.5 s), and a sender blocked on its socket buffer enqueues nothing that would
         # restart HTB: a kick frame does (it goes through the class behind the data, and its receiver drops it).
-        self.agent.kick(link.up, link.prio)
-        link.limit, link.arrived = bucket, now_arrived
-        self._write_stats(link)
+        self.agent.kick(port, prio)
+        return applied
 
     def _grant_remote(self, link: CreditLink, t0: int, limit: int) -> None:
         """Send the sender on the other machine its new limit (FCCL) in a credit frame over the link, when it
@@ -265,7 +296,6 @@ class CreditMeter:
         if (link.stalled_since is None and limit < link.limit + link.step
                 and t0 - link.sent_at < REFRESH * self.interval_ns):
             return
-        limit = max(limit, link.limit)
         st = link.stats
         if link.stalled_since is not None:
             st["stall_ns"] += t0 - link.stalled_since
@@ -303,20 +333,10 @@ class CreditMeter:
                                      f"another machine under credits")
             return
         self._mirror(rs, stalled, stall_us, ts)
-        if limit <= rs.limit:
-            return
-        sent = self._sent(port, prio)
-        if sent is None:
-            return
-        rs.limit = limit
-        bucket = limit - sent
-        if bucket < rs.frame:
-            return
-        self.agent.netlink(port, rs.bucket.with_burst(bucket))
-        t1 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        self.agent.control(CTL_VQ_CREDIT, port * N_PRIO + prio, t1, sent, limit)
-        self.remote_us.append((t1 - ts) / 1000)
-        self.agent.kick(port, prio)
+        applied = self._apply(port, prio, rs.bucket, rs.frame, limit, rs.limit, True)
+        if applied is not None:
+            rs.limit = limit
+            self.remote_us.append((applied - ts) / 1000)
 
     def _mirror(self, rs: "RemoteSender", stalled: bool, stall_us: int, ts: int) -> None:
         t = self.bpf[b"credit_stats"]
