@@ -143,7 +143,9 @@ class RemoteSender:
     peer: int                       # the receiving port (on the other machine)
     bucket: TbfBucket
     frame: int
+    buffer: int                     # the receiver's credit buffer: no grant opens more
     limit: int = 0                  # the FCCL in force
+
 
 class CreditMeter:
     """The credit loop of the flow-control agent: ``tick()`` from its main loop; ``links`` is empty when no tier
@@ -191,7 +193,8 @@ class CreditMeter:
             if u.node in here:
                 for prio in d.lossless:
                     out[(u.ifindex, prio)] = RemoteSender(u.ifindex, prio, d.ifindex,
-                                                          self._bucket(u, prio, d.ingress_buffer), u.mtu + ETH_HLEN)
+                                                          self._bucket(u, prio, d.ingress_buffer), u.mtu + ETH_HLEN,
+                                                          d.ingress_buffer)
         return out
 
     @staticmethod
@@ -252,7 +255,7 @@ class CreditMeter:
             return
         if link.stalled_since is None and limit < link.limit + link.step:
             return
-        t1 = self._apply(link.up, link.prio, link.bucket, link.frame, limit, link.limit, link.modelled)
+        t1 = self._apply(link.up, link.prio, link.bucket, link.frame, limit, link.limit, credit, link.modelled)
         if t1 is None:
             return
         self.latency_us.append((t1 - t0) / 1000)
@@ -264,7 +267,7 @@ class CreditMeter:
         link.limit = limit
         self._write_stats(link)
 
-    def _apply(self, port: int, prio: int, bucket: TbfBucket, frame: int, limit: int, current: int,
+    def _apply(self, port: int, prio: int, bucket: TbfBucket, frame: int, limit: int, current: int, credit: int,
                modelled: bool) -> int | None:
         """Raise (port, prio)'s limit from ``current`` to stream position ``limit`` (FCCL), however late this
         agent is: close the grant in force (a bucket of one frame: TBF drops a frame its bucket cannot hold), read
@@ -279,7 +282,10 @@ class CreditMeter:
         sent = self._sent(port, prio)
         if sent is None:
             return None
-        opened = max(frame, limit - sent)      # sent ≤ current + frame ≤ limit − frame unless a counter lied
+        # sent ≤ current + frame ≤ limit − frame, and limit − sent ≤ the credit read (bytes on their way count as
+        # sent) — unless bytes reached the ingress without passing the meter: a host's packets on the lossless
+        # DSCP from a socket of another priority (its HTB default class). Never more than the credit, then.
+        opened = max(frame, min(limit - sent, credit))
         self.agent.netlink(port, bucket.with_burst(opened))
         applied = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         if modelled:                                            # the sender's queue model: sent so far, and its cap
@@ -333,7 +339,7 @@ class CreditMeter:
                                      f"another machine under credits")
             return
         self._mirror(rs, stalled, stall_us, ts)
-        applied = self._apply(port, prio, rs.bucket, rs.frame, limit, rs.limit, True)
+        applied = self._apply(port, prio, rs.bucket, rs.frame, limit, rs.limit, rs.buffer, True)
         if applied is not None:
             rs.limit = limit
             self.remote_us.append((applied - ts) / 1000)

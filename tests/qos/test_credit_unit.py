@@ -78,7 +78,7 @@ def test_a_grant_holds_its_limit_however_late_the_agent_applies_it(late):
     port = LateSender(late, tokens=20_000, sent=100_000)
     meter = object.__new__(CreditMeter)
     meter.agent = port
-    assert meter._apply(7, 3, Identity, frame, 130_000, 120_000, modelled=True) is not None
+    assert meter._apply(7, 3, Identity, frame, 130_000, 120_000, 30_000, modelled=True) is not None
     opened = port.tokens
     assert port.drain() <= 130_000 + frame
     assert port.cap[1] == 130_000 and port.cap[0] + opened == 130_000        # the queue model learns the limit
@@ -96,11 +96,23 @@ def test_raises_of_less_than_two_frames_never_let_the_port_pass_its_limit():
     meter.agent = port
     current = 100_000
     for limit in range(100_000 + frame, 100_000 + 10 * frame, frame):
-        if meter._apply(7, 3, Identity, frame, limit, current, modelled=False) is not None:
+        if meter._apply(7, 3, Identity, frame, limit, current, 20_000, modelled=False) is not None:
             current = limit
         assert port.drain() <= limit + frame, limit
     assert getattr(port, "changes", 0) == 2 * 4                 # opened at +2, +4, +6 and +8 frames
 
+
+
+def test_bytes_that_bypassed_the_meter_never_open_more_than_the_credit():
+    """The ingress counted 50,000 bytes the port's meter never sent (a host's packets on the lossless DSCP from a
+    socket of another priority): FCCL − FCTBS would open 70,000 bytes (and, growing, pass what a TBF bucket at the
+    meter's rate can hold); the grant opens no more than the 20,000 of credit the receiver has."""
+    frame = 1514
+    port = LateSender(0, tokens=0, sent=100_000)
+    meter = object.__new__(CreditMeter)
+    meter.agent = port
+    assert meter._apply(7, 3, Identity, frame, 150_000 + 20_000, 120_000, 20_000, modelled=False) is not None
+    assert port.tokens == 20_000 and port.drain() == 120_000
 
 def test_meter_rate_keeps_a_full_bucket_within_tcs_tick_range():
     assert meter_rate(20_000) == 8000                       # the floor: ≤ 1 byte per ms of refill

@@ -111,7 +111,7 @@ class _CtlSink:
         self.naks: list[int] = []
         self.full = full                                # the host queue refuses every control packet
 
-    def send_ctl(self, pkt: bytes, dst: str) -> bool:
+    def send_ctl(self, pkt: bytes, dst: str, prio=None) -> bool:
         if self.full:
             return False
         a = IP(pkt)

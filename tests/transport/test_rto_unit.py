@@ -189,7 +189,7 @@ def test_a_fixed_rto_below_the_worst_queueing_warns_in_one_line_for_every_transp
 
 def _responder(receiver: str) -> Responder:
     class Sink:
-        def send_ctl(self, pkt, dst):
+        def send_ctl(self, pkt, dst, prio=None):
             return True
     flow = {"flow_id": 0, "size_bytes": 16 * 1024, "src_addr": "198.18.0.1", "dst_addr": "198.18.0.2",
             "sport": 49152, "opts": {"receiver": receiver, "mtu": 1024, "msg_bytes": 16 * 1024, "reorder_window": 32,

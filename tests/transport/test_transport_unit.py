@@ -16,7 +16,7 @@ class _Sink:
     def __init__(self):
         self.pkts: list[bytes] = []
 
-    def send_ctl(self, pkt: bytes, dst: str) -> bool:
+    def send_ctl(self, pkt: bytes, dst: str, prio=None) -> bool:
         self.pkts.append(pkt)
         return True
 

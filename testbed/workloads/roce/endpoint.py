@@ -10,6 +10,7 @@ import threading
 import time
 
 
+from ...qos_classes import skb_priority
 from . import wire as w
 
 
@@ -110,7 +111,7 @@ class Endpoint:
         s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         s.bind(("0.0.0.0", w.ROCE_PORT))
         s.setblocking(False)
-        self.ctl = raw_socket()
+        self.ctl: dict[int | None, socket.socket] = {None: raw_socket()}   # host NIC class → control socket
         self.lock = threading.RLock()
         self.req: dict = {}                        # QPN → its Requester (requester.py)
         self.rsp: dict = {}                        # QPN → its Responder (responder.py)
@@ -149,11 +150,17 @@ class Endpoint:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def send_ctl(self, pkt: bytes, dst: str) -> bool:
-        """Send an ACK/NAK/CNP; False when the host's queue refused it. Control packets are best effort (ACKs are
-        cumulative and the RTO covers a lost NAK), but each loss is counted by its flow and reported."""
+    def send_ctl(self, pkt: bytes, dst: str, prio: int | None = None) -> bool:
+        """Send an ACK/NAK/CNP in host NIC class ``prio`` (its flow's: control packets carry the flow's DSCP, so a
+        switch queues them in its class, and under credits they must pass the host's meter of that class); False
+        when the host's queue refused it. Control packets are best effort (ACKs are cumulative and the RTO covers
+        a lost NAK), but each loss is counted by its flow and reported."""
+        sock = self.ctl.get(prio)
+        if sock is None:
+            sock = self.ctl[prio] = raw_socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, skb_priority(prio))
         try:
-            self.ctl.sendto(pkt, (dst, 0))
+            sock.sendto(pkt, (dst, 0))
         except OSError:                    # EAGAIN/ENOBUFS: the host link's queue is full
             return False
         return True
@@ -229,7 +236,8 @@ class Endpoint:
         if not self.rx_open and self.users <= 0 and not self.closed:
             self.closed = True
             self.sock.close()
-            self.ctl.close()
+            for sock in self.ctl.values():
+                sock.close()
 
 
 _ENDPOINT: Endpoint | None = None

@@ -75,6 +75,7 @@ class Responder:
                               tos=flow.get("dscp", w.DSCP_ROCE) << 2)
         self.dst = flow["src_addr"]
         self.sport = flow["sport"]
+        self.prio = flow.get("prio")      # the host NIC class of the flow, for its control packets too
 
     # -- control packets
     def _xack(self, trim: bool) -> bytes:
@@ -107,7 +108,7 @@ class Responder:
             self.acks += 1
             pkt = w.ack_packet(self.ctl, self.epsn - 1, self.sport, self.epsn // self.lay.ppm, xack=x)
         self.since_ack = 0
-        if not self.ep.send_ctl(pkt, self.dst):
+        if not self.ep.send_ctl(pkt, self.dst, self.prio):
             self.ctl_lost += 1
 
     def on_data(self, buf, n: int, op: int, tos: int, now: float, entropy: int = 0, int_recs=None) -> None:
@@ -123,7 +124,7 @@ class Responder:
         if ce:
             self.ce += 1
             if self.np is not None and self.np.on_ce(now) and not self.ep.send_ctl(
-                    w.cnp_packet(self.ctl, self.sport), self.dst):
+                    w.cnp_packet(self.ctl, self.sport), self.dst, self.prio):
                 self.ctl_lost += 1
         pad = (buf[1] >> 4) & 3
         ackreq = buf[8] & 0x80
