@@ -60,6 +60,10 @@ _SPEC: dict[str, tuple[str, str, str]] = {
                 "installed on first use of `testbed cluster` or by scripts/test-setup.sh (pip install '.[cluster]')"),
     "perftest": ("perftest (ib_write_bw)", "RoCE with Soft-RoCE (rxe) benchmarks",
                  "install it: apt-get install perftest (and run in the VM for rxe)"),
+    "openmpi": ("Open MPI (mpirun)", "MPI collectives (traffic.engine mpi)",
+                "install it: apt-get install openmpi-bin python3-mpi4py"),
+    "mpi4py": ("mpi4py", "MPI collectives (traffic.engine mpi)",
+               "install it: apt-get install python3-mpi4py (the venv sees the system site packages)"),
     "docker-sdk": ("the docker Python SDK", "container hosts (hosts.docker, testbed image)",
                    "bash scripts/docker-setup.sh (done on first use)"),
     "docker": ("a Docker daemon", "container hosts (hosts.docker, testbed image)",
@@ -485,6 +489,8 @@ def _probe(with_bcc: bool, with_docker: bool) -> list[Capability]:
     run(["tshark"], lambda: _probe_tool("tshark", "tshark"))
     run(["tcpdump"], lambda: _probe_tool("tcpdump", "tcpdump"))
     run(["perftest"], lambda: _probe_tool("perftest", "ib_write_bw"))
+    run(["openmpi"], lambda: _probe_tool("openmpi", "mpirun"))
+    run(["mpi4py"], lambda: _probe_module("mpi4py", "mpi4py"))
     if with_docker:
         run(["docker-sdk", "docker"], _probe_docker)
     run(["ray"], lambda: _probe_module("ray", "ray"))

@@ -31,6 +31,7 @@ from .inband import checks as inband_checks
 from .lb import checks as lb_checks
 from .qos import checks as qos_checks
 from .routing import checks as routing_checks
+from .workloads.mpi.spec import MpiSpec
 from .workloads.roce import cc as roce_cc
 from .workloads.roce.cc import DcqcnConfig, EqdsConfig, HpccConfig, NsccConfig, SwiftConfig, TimelyConfig
 
@@ -220,7 +221,7 @@ class JobSpec(Strict):
 
 
 class TrafficSpec(Strict):
-    engine: Literal["udp", "tcp", "roce", "rxe"] = "udp"
+    engine: Literal["udp", "tcp", "roce", "rxe", "mpi"] = "udp"
     pattern: Literal["pairs", "permutation", "all-to-all", "incast", "allreduce", "poisson"] = "permutation"
     receiver: Literal["gbn", "ooo"] = "gbn"      # RoCE: go-back-N (as NICs do) or reordering-tolerant
     cc: str = "none"        # RoCE CC: none | a registered name (built-ins and plugins: workloads/roce/cc/registry.py)
@@ -234,6 +235,7 @@ class TrafficSpec(Strict):
     hpcc: HpccConfig = HpccConfig()
     eqds: EqdsConfig = EqdsConfig()
     rxe: RxeSpec = RxeSpec()
+    mpi: MpiSpec = MpiSpec()                     # engine mpi: the Open MPI benchmark (workloads/mpi/spec.py)
     jobs: list[JobSpec] = []                     # collectives; when given, `pattern` and `pairs` are not used
     pairs: list[tuple[NodeName, NodeName]] = []
     incast: IncastSpec = IncastSpec()
@@ -301,6 +303,19 @@ class TrafficSpec(Strict):
         if self.qps_per_connection > 1 and not (self.jobs or self.replay or self.pattern == "allreduce"):
             raise ValueError("qps_per_connection: splits the transfers of collective jobs and replayed schedules; "
                              "pattern flows use flows_per_pair")
+        return self
+
+    @model_validator(mode="after")
+    def _mpi(self):
+        """Engine mpi runs its benchmark and nothing else; ``mpi`` keys without it would do nothing."""
+        if self.engine != "mpi":
+            if self.mpi != MpiSpec():
+                raise ValueError(f"mpi: applies to traffic.engine mpi (engine is {self.engine!r})")
+            return self
+        for key in ("jobs", "replay", "pattern", "pairs", "flow_size", "rate", "flows_per_pair", "incast", "load",
+                    "size_dist", "qps_per_connection", "packet_size", "ecn"):
+            if key in self.model_fields_set:
+                raise ValueError(f"{key}: engine mpi runs the benchmark of traffic.mpi; {key} does not apply")
         return self
 
     @model_validator(mode="after")
@@ -467,6 +482,8 @@ class Scenario(Strict):
             where += [(f"traffic.jobs.{i}.hosts", n) for n in job.hosts or []]
         if self.hosts.docker is not None:
             where += [("hosts.docker.per_host", n) for n in self.hosts.docker.per_host]
+        if isinstance(self.traffic.mpi.ranks, list):
+            where += [("traffic.mpi.ranks", n) for n in self.traffic.mpi.ranks]
         if self.placement is not None:
             where += [(f"placement.assign.{n}", n) for n in self.placement.assign]
         if self.traffic.replay is not None:
@@ -486,6 +503,7 @@ class Scenario(Strict):
         for check in MECHANISM_CHECKS:
             check(self)
         self._docker_hosts_fit()
+        self._mpi_ranks_fit()
         for a, b in self.traffic.pairs:
             if a == b:
                 raise ValueError(f"@traffic.pairs: a flow from {a} to itself never crosses the fabric")
@@ -504,6 +522,23 @@ class Scenario(Strict):
         if self.traffic.engine == "rxe":
             raise ValueError("@hosts.docker: not with traffic.engine rxe (Soft-RoCE moves the host NICs into the "
                              "initial namespace, out of the containers); use udp, tcp or roce")
+
+    def _mpi_ranks_fit(self) -> None:
+        """MPI ranks run on hosts of this topology, in its namespaces (not containers, one machine)."""
+        if self.traffic.engine != "mpi":
+            return
+        ranks, n = self.traffic.mpi.ranks, self.topology.hosts
+        if isinstance(ranks, int) and ranks > n:
+            raise ValueError(f"@traffic.mpi.ranks: {ranks} ranks, the topology has {n} hosts (one rank per host)")
+        if isinstance(ranks, list):
+            for h in ranks:
+                if not h.startswith("h"):
+                    raise ValueError(f"@traffic.mpi.ranks: {h} is a switch; ranks run on hosts")
+        if self.hosts.docker is not None:
+            raise ValueError("@hosts.docker: not with traffic.engine mpi (the ranks run in the host namespaces)")
+        if self.placement is not None:
+            raise ValueError("@placement: traffic.engine mpi runs on one machine (its ranks' management network "
+                             "is local)")
 
     def _rail_shift_crosses(self) -> None:
         """Cross-rail flows need a path between rails, and a shift that is a whole number of rails is none."""

@@ -285,6 +285,15 @@ def int_figures(int_df: pd.DataFrame | None) -> dict:
     return out
 
 
+def mpi_figures(collectives_df: pd.DataFrame | None) -> dict:
+    """engine mpi: the largest size's mean algbw and busbw over its calls (workloads/mpi/busbw.py); empty for
+    other runs."""
+    if collectives_df is None or "busbw_mbps" not in collectives_df.columns or not len(collectives_df):
+        return {}
+    from ..workloads.mpi.busbw import summary as mpi_summary
+    return mpi_summary(collectives_df.to_dict("records"))
+
+
 def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, Any] | None,
               meta: Mapping[str, Any], collectives_df: pd.DataFrame | None = None,
               failures_df: pd.DataFrame | None = None, int_df: pd.DataFrame | None = None) -> dict:
@@ -299,6 +308,8 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     row["goodput_mbps"] = total_bytes * 8.0 / duration / 1e6 if duration > 0 else math.nan
 
     window = traffic_window(flows_df)
+    if len(flows_df) == 0 and collectives_df is not None and len(collectives_df):
+        window = traffic_window(collectives_df)      # engine mpi: no flows, the benchmark's calls are the traffic
     up = uplinks(links_df, flows_df, window)
     util = up["util"].astype(float).dropna()
     row["mean_uplink_util"] = float(util.mean()) if len(util) else math.nan
@@ -368,6 +379,7 @@ def summarize(links_df: pd.DataFrame, flows_df: pd.DataFrame, cpu: Mapping[str, 
     row["slowdown_p50"] = _quantile(slow, 0.50)
     row["slowdown_p99"] = _quantile(slow, 0.99)
     row["profile"] = meta.get("profile")          # scenario `profile` (infiniband, rocev2); empty without one
+    row.update(mpi_figures(collectives_df))
     row.update(int_figures(int_df))
     for k, v in meta.items():  # extra scalar metadata (e.g. topology name) after the contract columns
         if k not in row and (v is None or isinstance(v, (str, int, float, bool, np.generic))):

@@ -87,6 +87,10 @@ class Backend(ABC):
         """Run Soft-RoCE flows with perftest (traffic.engine rxe); only where every host's namespace is here."""
         raise TestbedError("traffic.engine: rxe is not supported by this back end")
 
+    def mpi_run(self, origin: float, deadline_s: float, log_dir: Path, check: Callable[[], None]) -> tuple[list, dict]:
+        """Run the Open MPI benchmark (traffic.engine mpi): (collectives.csv rows, the manifest's ``mpi``)."""
+        raise TestbedError("traffic.engine: mpi is not supported by this back end")
+
     @abstractmethod
     def stop(self) -> None:
         """Stop telemetry and captures (after the traffic, whatever happened); idempotent."""

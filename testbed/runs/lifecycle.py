@@ -100,6 +100,12 @@ def _traffic(scen: Scenario, be: Backend, origin: float, check: Callable[[], Non
               timeline_bin_s=TIMELINE_BIN_S if scen.failures else None)
     if tr.scheduled:
         return scheduled_traffic(scen, topo, be.ns_of, origin, outdir, log, **kw)
+    if tr.engine == "mpi":
+        m = tr.mpi
+        log(f"traffic: Open MPI {m.benchmark} over {m.transport}, {len(m.sizes)} size(s) × {m.iterations} "
+            f"iterations, up to {duration_s:g} s")
+        out.collectives, out.info["mpi"] = be.mpi_run(origin, duration_s, outdir / "mpi", check)
+        return out
     out.flows = workloads.plan(tr, topo, scen.seed, duration_s)
     set_host_classes(scen, out.flows)
     log(f"traffic: {len(out.flows)} {tr.engine} flows, pattern {tr.pattern}, up to {duration_s:g} s")
@@ -215,6 +221,7 @@ def degradations(scen, topo, got: Collected, traffic: Traffic) -> list[str]:
         out.append(f"PFC agent: {pfc['error_count']} failed action(s), e.g. {pfc['errors'][0]}")
     out += routing_degradations(scen, got.helpers.get("routing") or {}, got.helpers.get("scheduler") or {})
     out += traffic.info.get("agent_problems", [])
+    out += (traffic.info.get("mpi") or {}).get("degradations", [])
     if (rto := rto_warning(scen.traffic, topo)) is not None:
         out.append(rto)
     return out + int_degradations(got.int_stats, scen)
@@ -282,6 +289,7 @@ def manifest(scen, run_id: str, source: str, caps: dict, started: float, ended: 
         "int": (dict(got.int_stats, fabric_mtu=scen.fabric_mtu, host_stacks=scen.host_int_hops > 0,
                      host_mtu=scen.host_mtu) if got.int_stats is not None else None),
         "wcmp_controller": got.wcmp_controller, "metrics": got.metrics or None, "docker": got.docker,
+        "mpi": traffic.info.get("mpi"),
     }
     out.update(got.sections)
     return out
@@ -341,6 +349,8 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
                                                    scen.duration / 1e9),
             "queue_model_error": man["qos"]["queue_model_error"]["mean"],
             "failed": failures[0] if failures else None, "profile": scen.profile}
+    if "mpi" in traffic.info:
+        meta["tcp_retransmits"] = traffic.info["mpi"]["tcp_retransmits"]    # the ranks' hosts' TCP resends
     if scen.dilation > 1:
         meta["time_dilation"] = scen.dilation       # results gain real-unit columns (dilation.py)
     used = paths_used(topo, got.flow_paths, traffic.flows)

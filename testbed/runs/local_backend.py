@@ -26,6 +26,9 @@ class LocalBackend(Backend):
         if scen.traffic.engine == "rxe":
             from ..workloads import rxe
             rxe.require()                     # one clear line where the kernel has no rdma_rxe, before building
+        if scen.traffic.engine == "mpi":
+            from ..workloads import mpi
+            mpi.require(scen.traffic.mpi.transport)    # Open MPI, mpi4py: named in one line, before building
         self.scen, self.source, self.metrics = scen, source, metrics
         self.name = "r" + secrets.token_hex(3)   # short: "ftb-<lab>-pfc" must fit a 15-character process name
         self.lab: Lab | None = None
@@ -107,6 +110,11 @@ class LocalBackend(Backend):
         tr = self.scen.traffic
         return rxe.run_flows(self.lab, flows, duration_s, tr.rxe.test, tr.rxe.msg_bytes,
                              log_dir=outdir / "perftest", info=info)
+
+    def mpi_run(self, origin: float, deadline_s: float, log_dir: Path, check: Callable[[], None]) -> tuple[list, dict]:
+        from ..workloads import mpi
+        return mpi.run(self.scen.traffic.mpi, self.lab.topo, self.lab.name, self.ns_of, origin, deadline_s, log_dir,
+                       check)
 
     def stop(self) -> None:
         # the INT reader before the controller it forwards reports to (the pipe is closed with the controller)
