@@ -4,6 +4,7 @@ memory, only the fabric NICs) and the one-line failure of a rank."""
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
@@ -144,3 +145,12 @@ def test_a_failed_rank_is_named_with_its_host_and_mpis_own_line():
     said = "[1,0]<stdout>:\n[1,2]<stderr>:PML ucx cannot be selected\n"
     assert launcher.failure_line(1, said, ["h0", "h1", "h7"]) == "mpi: rank 2 on h7 failed: PML ucx cannot be selected"
     assert launcher.failure_line(1, "", ["h0"]) == "mpi: mpirun exited with 1: no output"
+
+
+def test_the_rsh_agent_enters_the_hosts_namespace_with_a_session_directory_of_its_own(tmp_path):
+    """Every "node" is this machine: one session directory per host, or the daemons' clean-ups collide."""
+    agent = launcher.agent_script(tmp_path / "agent.sh", {"h0": "ftb-x-h0", "h1": "ftb-x-h1"}, tmp_path / "s")
+    text = agent.read_text()
+    assert os.access(agent, os.X_OK)
+    assert 'h1) ns="/run/netns/ftb-x-h1" ;;' in text and 'OMPI_MCA_orte_tmpdir_base="' + str(tmp_path / "s") in text
+    assert text.rstrip().endswith('nsenter --net="$ns" sh -c "$*"')

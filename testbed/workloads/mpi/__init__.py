@@ -51,13 +51,14 @@ def run(spec: MpiSpec, topo, lab: str, ns_of: Callable[[str], str], origin: floa
     log_dir.mkdir(parents=True, exist_ok=True)
     hostfile = log_dir / "hostfile"
     hostfile.write_text("".join(f"{h} slots=1\n" for h in hosts))
-    agent = launcher.agent_script(log_dir / "rsh-agent.sh", dict(zip(hosts, rank_ns)))
+    mgmt = launcher.MgmtNet(lab, rank_ns, addrs, hnp)
+    agent = launcher.agent_script(log_dir / "rsh-agent.sh", dict(zip(hosts, rank_ns)), mgmt.session)
     report = log_dir / "report.json"
     preload, why = launcher.idle_shim()
     argv = launcher.mpirun_argv(hosts, hostfile, agent, nics, spec.transport, spec.mca_algorithm(),
                                 {"benchmark": spec.benchmark, "sizes": list(spec.sizes), "report": str(report),
                                  "iterations": spec.iterations, "warmup": spec.warmup}, preload)
-    with launcher.MgmtNet(lab, rank_ns, addrs, hnp) as mgmt:
+    with mgmt:
         retrans0 = tcp_retransmits(rank_ns)
         got = launcher.run(mgmt, argv, hosts, log_dir, report, deadline_s, check)
         info = {"hosts": hosts, "nics": nics, "transport": spec.transport, "algorithm": spec.algorithm,

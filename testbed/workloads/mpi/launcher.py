@@ -109,6 +109,7 @@ class MgmtNet:
 
     def __init__(self, lab: str, rank_ns: list[str], addresses: list[str], hnp: str):
         self.ns = f"{netns.PREFIX}{lab}-mgmt"
+        self.session = Path("/tmp") / f"{netns.PREFIX}{lab}-mpi"     # mpirun's and every daemon's session files
         self.rank_ns, self.addresses, self.hnp = rank_ns, addresses, hnp
 
     def __enter__(self) -> "MgmtNet":
@@ -155,6 +156,7 @@ class MgmtNet:
         kill_in([self.ns])
         kill_in(self.rank_ns, only=("orted", str(RANK_PROGRAM)))
         netns.delete([self.ns])
+        shutil.rmtree(self.session, ignore_errors=True)
 
 
 def _rank_side(addr: str, plen: int) -> None:
@@ -183,13 +185,16 @@ def kill_in(names: list[str], only: tuple[str, ...] = ()) -> None:
                 pass
 
 
-def agent_script(path: Path, ns_of: dict[str, str]) -> Path:
+def agent_script(path: Path, ns_of: dict[str, str], session: Path) -> Path:
     """The rsh agent mpirun calls as ``agent HOST COMMAND…``: runs COMMAND in HOST's namespace with sh, as ssh's
-    remote shell would."""
+    remote shell would, with a session directory of HOST's own under ``session`` (every "node" has this machine's
+    hostname and /tmp: the daemons' default session directories collide, and one's clean-up broke another's
+    start in 1 of 9 runs)."""
     cases = "\n".join(f'  {h}) ns="{netns.path(ns)}" ;;' for h, ns in ns_of.items())
     path.write_text(f'#!/bin/sh\n# mpirun\'s rsh agent for this run: enter the host\'s network namespace\n'
                     f'host="$1"; shift\ncase "$host" in\n{cases}\n  *) echo "no host $host" >&2; exit 1 ;;\nesac\n'
-                    f'exec nsenter --net="$ns" sh -c "$*"\n')
+                    f'mkdir -p "{session}/$host"\n'
+                    f'exec env OMPI_MCA_orte_tmpdir_base="{session}/$host" nsenter --net="$ns" sh -c "$*"\n')
     path.chmod(0o755)
     return path
 
@@ -201,7 +206,9 @@ def mpirun_argv(hosts: list[str], hostfile: Path, agent: Path, nics: list[str], 
     argv = ["mpirun", "--allow-run-as-root", "--hostfile", str(hostfile), "-np", str(len(hosts)),
             "--map-by", "node", "--bind-to", "none", "--tag-output",
             "--mca", "plm_rsh_agent", str(agent), "--mca", "oob_tcp_if_include", str(MGMT_SUBNET),
-            "--mca", "mpi_yield_when_idle", "1"]
+            "--mca", "mpi_yield_when_idle", "1",
+            # no topology in shared memory: every daemon is on this machine, and one crashed writing it (1 in 24)
+            "--mca", "rtc_hwloc_vmhole", "none"]
     if transport == "tcp":
         argv += ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", ",".join(nics)]
     else:
@@ -256,7 +263,9 @@ def run(mgmt: MgmtNet, argv: list[str], hosts: list[str], log_dir: Path, report:
     ``log_dir/mpirun.log``."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / "mpirun.log"
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_orte_tmpdir_base=str(mgmt.session / "mpirun"))
+    (mgmt.session / "mpirun").mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         proc = netns.spawn(mgmt.ns, argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                            env=env, start_new_session=True)
