@@ -120,7 +120,9 @@ def test_measured_wcmp_reacts_to_a_link_degraded_mid_run_within_a_few_intervals(
     react = low[0] - applied if low else None
     print(f"\n[wcmp {source} degraded] spine0 weight before {min(before):.3f}–{max(before):.3f}, ≤ 1/8 after "
           f"{react if react is None else round(react * 1e3, 1)} ms; lost {row['lost_packets']}")
-    assert min(before) >= 0.2                    # near equal before the change (0.235–0.244 lowest seen)
+    # near equal before the change: lowest 0.235–0.244 on a quiet machine, 0.208–0.249 over 16 runs beside
+    # stress-ng --cpu 1 --cpu-load 50, 0.199994 once in a suite run beside it (the load source's EWMA)
+    assert min(before) >= 0.19
     assert react is not None and react <= 0.15, react   # 24–53 ms typical, 101 ms once in 8 runs (load's EWMA)
 
 
