@@ -60,6 +60,7 @@ _SPEC: dict[str, tuple[str, str, str]] = {
                 "installed on first use of `testbed cluster` or by scripts/test-setup.sh (pip install '.[cluster]')"),
     "perftest": ("perftest (ib_write_bw)", "RoCE with Soft-RoCE (rxe) benchmarks",
                  "install it: apt-get install perftest (and run in the VM for rxe)"),
+    "iperf3": ("iperf3", "iperf3 flows (traffic.engine iperf3)", "install it: apt-get install iperf3"),
     "openmpi": ("Open MPI (mpirun)", "MPI collectives (traffic.engine mpi)",
                 "install it: apt-get install openmpi-bin python3-mpi4py"),
     "mpi4py": ("mpi4py", "MPI collectives (traffic.engine mpi)",
@@ -489,6 +490,7 @@ def _probe(with_bcc: bool, with_docker: bool) -> list[Capability]:
     run(["tshark"], lambda: _probe_tool("tshark", "tshark"))
     run(["tcpdump"], lambda: _probe_tool("tcpdump", "tcpdump"))
     run(["perftest"], lambda: _probe_tool("perftest", "ib_write_bw"))
+    run(["iperf3"], lambda: _probe_tool("iperf3", "iperf3"))
     run(["openmpi"], lambda: _probe_tool("openmpi", "mpirun"))
     run(["mpi4py"], lambda: _probe_module("mpi4py", "mpi4py"))
     if with_docker:

@@ -199,6 +199,11 @@ class RxeSpec(Strict):
     msg_bytes: Size = 65536
 
 
+class Iperf3Spec(Strict):
+    """``traffic.engine: iperf3``: which transport iperf3 runs for every flow."""
+    protocol: Literal["udp", "tcp"] = "udp"
+
+
 class JobSpec(Strict):
     """One collective job: ``iterations`` × (the collective, then ``gap`` of compute)."""
     name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,40}$")
@@ -221,7 +226,7 @@ class JobSpec(Strict):
 
 
 class TrafficSpec(Strict):
-    engine: Literal["udp", "tcp", "roce", "rxe", "mpi"] = "udp"
+    engine: Literal["udp", "tcp", "roce", "rxe", "mpi", "iperf3"] = "udp"
     pattern: Literal["pairs", "permutation", "all-to-all", "incast", "allreduce", "poisson"] = "permutation"
     receiver: Literal["gbn", "ooo"] = "gbn"      # RoCE: go-back-N (as NICs do) or reordering-tolerant
     cc: str = "none"        # RoCE CC: none | a registered name (built-ins and plugins: workloads/roce/cc/registry.py)
@@ -236,6 +241,7 @@ class TrafficSpec(Strict):
     eqds: EqdsConfig = EqdsConfig()
     rxe: RxeSpec = RxeSpec()
     mpi: MpiSpec = MpiSpec()                     # engine mpi: the Open MPI benchmark (workloads/mpi/spec.py)
+    iperf3: Iperf3Spec = Iperf3Spec()            # engine iperf3: Debian's iperf3 per flow (workloads/iperf3)
     jobs: list[JobSpec] = []                     # collectives; when given, `pattern` and `pairs` are not used
     pairs: list[tuple[NodeName, NodeName]] = []
     incast: IncastSpec = IncastSpec()
@@ -316,6 +322,18 @@ class TrafficSpec(Strict):
                     "size_dist", "qps_per_connection", "packet_size", "ecn"):
             if key in self.model_fields_set:
                 raise ValueError(f"{key}: engine mpi runs the benchmark of traffic.mpi; {key} does not apply")
+        return self
+
+    @model_validator(mode="after")
+    def _iperf3(self):
+        """Engine iperf3 runs the planned pattern flows; ``iperf3`` keys without it would do nothing."""
+        if self.engine != "iperf3":
+            if self.iperf3 != Iperf3Spec():
+                raise ValueError(f"iperf3: applies to traffic.engine iperf3 (engine is {self.engine!r})")
+            return self
+        if self.jobs or self.replay is not None or self.pattern in ("allreduce", "poisson"):
+            raise ValueError("engine: iperf3 runs pattern flows (pairs, permutation, all-to-all, incast), not "
+                             "collectives, replays or poisson arrivals; use udp, tcp or roce")
         return self
 
     @model_validator(mode="after")
@@ -504,6 +522,7 @@ class Scenario(Strict):
             check(self)
         self._docker_hosts_fit()
         self._mpi_ranks_fit()
+        self._iperf3_fits()
         for a, b in self.traffic.pairs:
             if a == b:
                 raise ValueError(f"@traffic.pairs: a flow from {a} to itself never crosses the fabric")
@@ -539,6 +558,15 @@ class Scenario(Strict):
         if self.placement is not None:
             raise ValueError("@placement: traffic.engine mpi runs on one machine (its ranks' management network "
                              "is local)")
+
+    def _iperf3_fits(self) -> None:
+        """iperf3 cannot set its sockets' priority: where host NICs have traffic classes its packets would all
+        leave in the default class."""
+        if self.traffic.engine != "iperf3":
+            return
+        if self.hosts.pfc or self.switch.credit_on:
+            raise ValueError("@traffic.engine: iperf3 cannot choose its sockets' priority, and the host NICs have "
+                             "traffic classes here (hosts.pfc or credits); use udp or tcp")
 
     def _rail_shift_crosses(self) -> None:
         """Cross-rail flows need a path between rails, and a shift that is a whole number of rails is none."""

@@ -87,6 +87,11 @@ class Backend(ABC):
         """Run Soft-RoCE flows with perftest (traffic.engine rxe); only where every host's namespace is here."""
         raise TestbedError("traffic.engine: rxe is not supported by this back end")
 
+    def iperf3_flows(self, flows, origin: float, duration_s: float, log_dir: Path,
+                     check: Callable[[], None]) -> tuple[list, str | None]:
+        """Run the flows with iperf3 (traffic.engine iperf3): (their results, the first failure's line or None)."""
+        raise TestbedError("traffic.engine: iperf3 is not supported by this back end")
+
     def mpi_run(self, origin: float, deadline_s: float, log_dir: Path, check: Callable[[], None]) -> tuple[list, dict]:
         """Run the Open MPI benchmark (traffic.engine mpi): (collectives.csv rows, the manifest's ``mpi``)."""
         raise TestbedError("traffic.engine: mpi is not supported by this back end")

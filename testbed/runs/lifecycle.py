@@ -116,6 +116,11 @@ def _traffic(scen: Scenario, be: Backend, origin: float, check: Callable[[], Non
             r.start_s = None if r.start_s is None else r.start_s + shift
             r.end_s = None if r.end_s is None else r.end_s + shift
         return out
+    if tr.engine == "iperf3":
+        out.results, failed = be.iperf3_flows(out.flows, origin, duration_s, outdir / "iperf3", check)
+        if failed:
+            raise WorkloadError(failed)
+        return out
     out.results = workloads.run(out.flows, be.ns_of, duration_s, scen.packet_size, info=out.info, origin=origin,
                                 **kw)
     return out

@@ -26,6 +26,9 @@ class LocalBackend(Backend):
         if scen.traffic.engine == "rxe":
             from ..workloads import rxe
             rxe.require()                     # one clear line where the kernel has no rdma_rxe, before building
+        if scen.traffic.engine == "iperf3":
+            from ..workloads import iperf3
+            iperf3.require()                  # iperf3 missing: named in one line, before building
         if scen.traffic.engine == "mpi":
             from ..workloads import mpi
             mpi.require(scen.traffic.mpi.transport)    # Open MPI, mpi4py: named in one line, before building
@@ -110,6 +113,13 @@ class LocalBackend(Backend):
         tr = self.scen.traffic
         return rxe.run_flows(self.lab, flows, duration_s, tr.rxe.test, tr.rxe.msg_bytes,
                              log_dir=outdir / "perftest", info=info)
+
+    def iperf3_flows(self, flows, origin: float, duration_s: float, log_dir: Path,
+                     check: Callable[[], None]) -> tuple[list, str | None]:
+        from ..workloads import iperf3
+        tr = self.scen.traffic
+        return iperf3.run_flows(flows, tr.iperf3.protocol, self.scen.packet_size, duration_s, self.ns_of, origin,
+                                log_dir, check)
 
     def mpi_run(self, origin: float, deadline_s: float, log_dir: Path, check: Callable[[], None]) -> tuple[list, dict]:
         from ..workloads import mpi

@@ -196,11 +196,22 @@ class _RxePlan:
     name, proto, dport = "rxe", "rocev2", 4791
 
 
+class _Iperf3Plan:
+    """``traffic.engine: iperf3`` (testbed.workloads.iperf3 runs the flows): UDP or TCP, each flow its own
+    server port (set when it runs)."""
+    name, dport = "iperf3", None
+
+    def __init__(self, protocol: str):
+        self.proto = protocol
+
+
 def _engine(traffic):
     from .engines import ENGINES          # lazy: keeps this module free of socket code at import
     name = traffic.engine
     if name == "rxe":                     # perftest runs these flows (testbed.workloads.rxe), not the agents
         return name, _RxePlan
+    if name == "iperf3":
+        return name, _Iperf3Plan(traffic.iperf3.protocol)
     if name not in ENGINES:
         raise ValueError(f"unknown traffic engine {name!r} (known: {', '.join(sorted(ENGINES))})")
     return name, ENGINES[name]

@@ -59,6 +59,7 @@ class FlowResult:
     int_stacks: Optional[int] = None   # hpcc: data packets that reached the receiver with an INT stack
     int_echoes: Optional[int] = None   # hpcc: ACKs that brought INT hop records back to the sender
     spurious_retransmits: Optional[int] = None   # RoCE: copies of PSNs the receiver had accepted (resent in vain)
+    jitter_ms: Optional[float] = None  # iperf3 UDP: its receiver's jitter (RFC 3550 smoothed interarrival)
 
     def to_dict(self) -> dict:
         return asdict(self)
