@@ -458,8 +458,8 @@ def clean(names):
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["build", "pps", "roce", "reroute", "select", "docker", "cluster", "all"]),
-                default="all")
+@click.argument("what", type=click.Choice(["build", "pps", "roce", "reroute", "select", "docker", "cluster", "capacity",
+                                          "all"]), default="all")
 @click.option("--sizes", default=None,
               help="Build benchmark sizes: leaf-spine host counts, or ft<k> for a fat-tree (e.g. 16,128,ft16) "
                    "[default: 16,128,1024]; reroute: fat-trees only [default: ft4,ft8]; docker: host counts "
@@ -475,8 +475,34 @@ def clean(names):
 @click.option("--mininet-timeout", type=click.FloatRange(min=1), default=None,
               help="Seconds per Mininet measurement (one variant at one size) before it counts as timed out "
                    "[default: 600].")
-def bench(what, sizes, seconds, rounds, repeat, vs, mininet_timeout):
+@click.option("--scenario", "scenario_path", default="scenarios/default.yaml", show_default=True,
+              help="capacity: the scenario whose link rates are bisected.")
+@click.option("--engine", type=click.Choice(["udp", "tcp", "roce", "iperf3"]), default="udp", show_default=True,
+              help="capacity: the testbed side's traffic engine (the baseline always runs iperf3 -u).")
+@click.option("--mtu", type=click.IntRange(576, 9000), default=None, help="capacity: topology.mtu for both sides.")
+@click.option("--lo", "lo_rate", default="5mbit", show_default=True, help="capacity: the lowest link rate tried.")
+@click.option("--hi", "hi_rate", default="320mbit", show_default=True, help="capacity: the highest link rate tried.")
+@click.option("--steps", default=4, type=click.IntRange(min=0), show_default=True,
+              help="capacity: bisection steps between lo and hi (each one run per side).")
+@click.option("--duration", default="3s", show_default=True, help="capacity: each run's duration.")
+@set_option
+def bench(what, sizes, seconds, rounds, repeat, vs, mininet_timeout, scenario_path, engine, mtu, lo_rate, hi_rate,
+          steps, duration, sets):
     """Benchmarks with same-run baselines (see testbed/bench/README.md)."""
+    if what == "capacity":
+        from . import units
+        try:
+            lo, hi = units.rate_bps(lo_rate), units.rate_bps(hi_rate)
+        except ValueError as e:
+            raise UserError(f"--lo/--hi: {e}") from None
+        if not 0 < lo < hi:
+            raise UserError(f"--lo {lo_rate} must be below --hi {hi_rate}")
+        _need_root("bench")
+        from .bench.capacity import print_capacity
+        print_capacity(Path(scenario_path), engine, mtu, tuple(sets), lo, hi, steps, duration)
+        return
+    if sets:
+        raise UserError("--set applies to `testbed bench capacity`")
     if vs and what in ("pps", "roce"):
         raise UserError("--vs mininet compares the build benchmark: use `testbed bench build --vs mininet`")
     if mininet_timeout is not None and not vs:

@@ -8,6 +8,7 @@ veths, qdiscs and attached BPF programs with them.
 from __future__ import annotations
 
 import array
+import ipaddress
 import os
 import socket
 import time
@@ -276,10 +277,22 @@ class Fabric:
         self._commit(batches)
         self.timings["nic_release"] = time.perf_counter() - t
 
-    def enable_kernel_forwarding(self) -> None:
-        """Baseline without eBPF: switches route with the kernel's own multipath FIB (for benchmarks)."""
+    def enable_kernel_forwarding(self, per_host: bool = False) -> None:
+        """Baseline without eBPF: switches route with the kernel's own multipath FIB (for benchmarks). With
+        ``per_host`` every host's /32 also gets one next hop of its prefix's equal-cost set, round-robin by host
+        number (an InfiniBand subnet manager's destination-based spreading): a permutation then has a path of its
+        own per flow, where the kernel's flow hash would collide some (the capacity benchmark's baseline)."""
         t = time.perf_counter()
         batches = {}
+        host_no = {self.topo.address(h, r): i for i, h in enumerate(self.topo.hosts)
+                   for r in range(getattr(self.topo.spec, "rails", 1))}
+        best: dict = {}                     # (switch, host address) → its longest-matching FIB entry
+        if per_host:
+            for fe in self.topo.fib:
+                for addr in host_no:
+                    cur = best.get((fe.switch, addr))
+                    if ipaddress.IPv4Address(addr) in fe.network and (cur is None or fe.plen > cur.plen):
+                        best[(fe.switch, addr)] = fe
         for fe in self.topo.fib:
             if not fe.ports:
                 continue
@@ -295,6 +308,11 @@ class Fabric:
                 b.route(f"{fe.prefix}/{fe.plen}", hops[0][0], hops[0][1])
             else:
                 b.route(f"{fe.prefix}/{fe.plen}", hops[0][0], hops[0][1], multipath=hops)
+                if per_host:                 # the hosts this entry is the longest match for on its switch
+                    for addr, i in host_no.items():
+                        if best.get((fe.switch, addr)) is fe:
+                            gw, ifx = hops[i % len(hops)]
+                            b.route(f"{addr}/32", gw, ifx)
         self._commit(batches)
         for sw in self.topo.switches:
             netns.write_sysctl(self.ns[sw], "net.ipv4.ip_forward", 1)

@@ -282,7 +282,7 @@ def manifest(scen, run_id: str, source: str, caps: dict, started: float, ended: 
         "versions": _versions(), "kernel": platform.release(), "capabilities": caps,
         "start_time": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
         "end_time": dt.datetime.fromtimestamp(ended, dt.timezone.utc).isoformat(),
-        "lab": be.name, "build_timings_s": got.timings, "datapath_drops": got.drops, "pcap": got.pcaps,
+        "lab": be.name, "origin": origin, "build_timings_s": got.timings, "datapath_drops": got.drops, "pcap": got.pcaps,
         "hostname": platform.node(), "cpus": os.cpu_count(), "qos": qos,
         "failed": failures or None, "degradations": degraded, "telemetry": got.health,
         "unknown_packets": traffic.info.get("unknown_packets", {}),

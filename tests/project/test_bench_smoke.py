@@ -243,3 +243,25 @@ def test_reroute_bench_ft4(capsys):
     assert sm.compute_ms + sm.install_ms <= sm.held_ms + 0.5 and sm.held_ms <= sm.rerouted_ms, sm
     assert base.compute_ms is None and base.held_ms is None
     assert not [n for n in netns.list_names() if n.startswith(f"{netns.PREFIX}r")]
+
+
+@pytest.mark.e2e
+@needs_root
+def test_capacity_bisection_finds_a_valid_rate_below_an_invalid_one_on_both_sides(tmp_path):
+    """`testbed bench capacity` on a 2-host fabric, 2 Mbit/s to 2 Gbit/s in one step: 2 Gbit/s is beyond what the
+    machine forwards (invalid), 2 Mbit/s is valid, and the capacity found lies between, on the testbed's side
+    and on the baseline's (kernel forwarding + iperf3); no namespace of either is left."""
+    from testbed.bench.capacity import print_capacity
+    path = tmp_path / "tiny.yaml"
+    path.write_text("name: tiny\nduration: 2s\ntopology: {spines: 2, leaves: 2, hosts_per_leaf: 1}\n"
+                    "traffic: {engine: udp, pattern: permutation}\n")
+    out = io.StringIO()
+    res = print_capacity(path, lo_bps=2_000_000, hi_bps=2_000_000_000, steps=1, duration="2s", out=out)
+    print(out.getvalue())
+    for side in ("testbed", "baseline"):
+        found, above, seen = res[side]
+        assert found is not None and found.valid and found.goodput_mbps >= 0.95 * found.offered_mbps, side
+        assert above is not None and not above.valid and above.rate_bps > found.rate_bps, side
+        assert len(seen) == 3 and found.packets > 0 and found.cpu["busy"] > 0
+    assert "testbed ÷ baseline:" in out.getvalue()
+    assert bench.bench_namespaces() == []
