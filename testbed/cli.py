@@ -499,7 +499,7 @@ def bench(what, sizes, seconds, rounds, repeat, vs, mininet_timeout, scenario_pa
             raise UserError(f"--lo {lo_rate} must be below --hi {hi_rate}")
         _need_root("bench")
         from .bench.capacity import print_capacity
-        print_capacity(Path(scenario_path), engine, mtu, tuple(sets), lo, hi, steps, duration)
+        print_capacity(Path(scenario_path), engine, mtu, tuple(sets), lo, hi, steps, duration, save=True)
         return
     if sets:
         raise UserError("--set applies to `testbed bench capacity`")

@@ -13,15 +13,58 @@ Refused in one line: an emulated rate below ``MIN_RATE_BPS`` (the shapers' floor
 from __future__ import annotations
 
 import copy
+import datetime as dt
+import json
 import math
+import os
+import platform
+import re
+from pathlib import Path
 
 from .errors import TestbedError
 from . import units
 from .spec_types import Quantity
 
-#: packets per second per core the traffic engines sustain with the fidelity guard quiet (this 2-core VM:
-#: 8 RoCE flows at 10 Mbit/s, 6.7k packets/s of 1,500 bytes, kept the CPUs 58 % busy)
-PPS_BUDGET = {"udp": 6000, "tcp": 6000, "roce": 3000, "rxe": 3000}
+#: packets per second per core the traffic engines sustain with the fidelity guard quiet, when this machine has
+#: no measurement of its own (a 2-core VM: 8 RoCE flows at 10 Mbit/s, 6.7k packets/s of 1,500 bytes, kept the
+#: CPUs 58 % busy)
+PPS_BUDGET = {"udp": 6000, "tcp": 6000, "roce": 3000, "rxe": 3000, "iperf3": 6000, "mpi": 6000}
+#: where `testbed bench capacity` keeps what it measured, one file per machine, kernel and core count
+BUDGET_DIR = Path(os.environ.get("FTB_CACHE_DIR", "/var/cache/fabric-testbed")) / "capacity"
+
+
+def machine_key() -> str:
+    """This machine, kernel and core count, as a file name (a measurement holds for them only)."""
+    raw = f"{platform.node()}-{platform.release()}-{os.cpu_count() or 1}cpu"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", raw)
+
+
+def budget(engine: str) -> tuple[float, str]:
+    """(packets/s per core ``engine`` sustains here, where that figure comes from): what `testbed bench capacity`
+    measured on this machine and kernel, else the built-in ``PPS_BUDGET``."""
+    try:
+        got = json.loads((BUDGET_DIR / f"{machine_key()}.json").read_text())["engines"][engine]
+        return float(got["pps_per_core"]), (f"measured by testbed bench capacity on {got['date']} "
+                                            f"({got['note']})")
+    except (OSError, ValueError, KeyError, TypeError):
+        return float(PPS_BUDGET.get(engine, PPS_BUDGET["udp"])), ("built-in (testbed bench capacity has not "
+                                                                   "measured this machine and kernel)")
+
+
+def save_budget(engine: str, pps_per_core: float, note: str) -> Path:
+    """Record what `testbed bench capacity` measured for ``engine`` here (atomically, beside the other engines')."""
+    path = BUDGET_DIR / f"{machine_key()}.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {"machine": machine_key(), "engines": {}}
+    data.setdefault("engines", {})[engine] = {"pps_per_core": round(pps_per_core, 1), "note": note,
+                                              "date": dt.date.today().isoformat()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+    return path
 MIN_RATE_BPS = 100_000
 
 
@@ -38,18 +81,21 @@ def nice_factors():
         k *= 10
 
 
-def auto_factor(doc: dict, cores: int) -> int:
-    """The smallest nice N at which every host NIC sending at line rate stays within the engines' budget
-    (``doc``: the scenario as written; its topology and traffic sections are read in real units)."""
+def auto_factor(doc: dict, cores: int, per_core: float | None = None) -> int:
+    """The smallest nice N at which every host NIC sending at line rate stays within the engine's budget,
+    ``per_core`` packets/s per core (default: ``budget``'s) (``doc``: the scenario as written; its topology and
+    traffic sections are read in real units)."""
     from .topology import build
     from .topology.spec import TopologySpec
     topo = TopologySpec.model_validate((doc or {}).get("topology") or {})
     traffic = (doc or {}).get("traffic") or {}
     pkt = int(traffic.get("packet_size") or topo.mtu)
     pps = len(build(topo).hosts) * topo.rails * topo.host_link.rate / (8 * pkt)
-    budget = PPS_BUDGET[traffic.get("engine", "udp")] * max(1, cores)
+    if per_core is None:
+        per_core = budget(traffic.get("engine", "udp"))[0]
+    limit = per_core * max(1, cores)
     for n in nice_factors():
-        if pps / n <= budget:
+        if pps / n <= limit:
             return n
     raise AssertionError("unreachable")
 

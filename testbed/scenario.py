@@ -465,6 +465,7 @@ class Scenario(Strict):
     _dilation: int = PrivateAttr(default=1)
     _real_doc: Optional[dict] = PrivateAttr(default=None)
     _dilated_keys: tuple[str, ...] = PrivateAttr(default=())
+    _auto_budget: Optional[dict] = PrivateAttr(default=None)
 
     @property
     def dilation(self) -> int:
@@ -475,6 +476,11 @@ class Scenario(Strict):
     def real_doc(self) -> Optional[dict]:
         """A dilated scenario as written, in real units (None when not dilated)."""
         return self._real_doc
+
+    @property
+    def auto_budget(self) -> Optional[dict]:
+        """``time_dilation: auto``: the packets/s per core it divided by and where that figure comes from."""
+        return self._auto_budget
 
     @property
     def dilated_keys(self) -> tuple[str, ...]:
@@ -744,10 +750,12 @@ def _emulated(doc: dict, filled) -> Scenario:
     """A dilated scenario (``time_dilation``): what it states in real units scaled by N (dilation.py), then
     validated — the checks apply to what is emulated. ``real`` keeps the mapping as written."""
     import os
-    td, n = doc["time_dilation"], None
+    td, n, budget = doc["time_dilation"], None, None
     try:
         if td == "auto":
-            n = dilation.auto_factor(doc, os.cpu_count() or 1)
+            per_core, source = dilation.budget(((doc.get("traffic") or {}).get("engine")) or "udp")
+            n = dilation.auto_factor(doc, os.cpu_count() or 1, per_core)
+            budget = {"pps_per_core": per_core, "source": source}
         elif isinstance(td, int) and not isinstance(td, bool) and 1 <= td <= 1_000_000:
             n = td
         else:
@@ -762,6 +770,7 @@ def _emulated(doc: dict, filled) -> Scenario:
     except ValueError as e:                       # DilationError, a quantity that does not parse
         raise ScenarioError(str(e)) from None
     emu._profile_keys, emu._dilation, emu._real_doc, emu._dilated_keys = tuple(filled), n, doc, tuple(keys)
+    emu._auto_budget = budget
     return emu
 
 

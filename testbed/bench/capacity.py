@@ -208,8 +208,10 @@ def _describe(label: str, p: Point | None, above: Point | None, cores: int, log:
 
 def print_capacity(path: Path, engine: str = "udp", mtu: int | None = None, sets: tuple[str, ...] = (),
                    lo_bps: int = 5_000_000, hi_bps: int = 320_000_000, steps: int = 4, duration: str = "3s",
-                   out=None) -> dict:
-    """Measure and print both capacities (module docstring); returns {"testbed": …, "baseline": …, "ratio": …}."""
+                   out=None, save: bool = False) -> dict:
+    """Measure and print both capacities (module docstring); returns {"testbed": …, "baseline": …, "ratio": …}.
+    ``save``: keep the testbed's packets/s per core at its capacity as this machine's budget for the engine,
+    which ``time_dilation: auto`` divides by (dilation.budget)."""
     out = out or sys.stdout
 
     def log(s: str) -> None:
@@ -236,4 +238,10 @@ def print_capacity(path: Path, engine: str = "udp", mtu: int | None = None, sets
     ratio = (tb[0].rate_bps / bl[0].rate_bps) if tb[0] is not None and bl[0] is not None else math.nan
     log(f"testbed ÷ baseline: {ratio:.2f}" + ("" if bl[1] is not None else " (the baseline was valid at the top "
                                                                           "of the range: a lower bound)"))
+    if save and tb[0] is not None and tb[1] is not None:
+        from ..dilation import save_budget
+        kept = save_budget(engine, tb[0].pps / cores, f"{tb[0].rate_bps / 1e6:g} Mbit/s links, {Path(path).name}"
+                                                      + (f", MTU {mtu}" if mtu else ""))
+        log(f"time_dilation auto now divides {engine} traffic by {tb[0].pps / cores:,.0f} packets/s per core here "
+            f"({kept})")
     return {"testbed": tb, "baseline": bl, "ratio": ratio}

@@ -289,6 +289,7 @@ def manifest(scen, run_id: str, source: str, caps: dict, started: float, ended: 
         "routing": routing_section(got.helpers.get("routing") or {}, origin),
         "failures": [dict(a, applied=a["applied"] - origin) for a in applied] if scen.failures else None,
         "time_dilation": ({"factor": scen.dilation, "auto": scen.real_doc.get("time_dilation") == "auto",
+                           "budget": scen.auto_budget,
                            "scaled_keys": list(scen.dilated_keys), "scenario_real": scen.real_doc}
                           if scen.real_doc is not None else None),
         "int": (dict(got.int_stats, fabric_mtu=scen.fabric_mtu, host_stacks=scen.host_int_hops > 0,

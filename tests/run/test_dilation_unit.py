@@ -67,12 +67,34 @@ def test_auto_picks_the_smallest_nice_factor_within_the_budget():
     # 4 hosts × 25 Gbit/s ÷ (8 × 1500 B) = 8.33 M packets/s; RoCE: 3,000 per core × 2 cores → 1,000 gives
     # 8,333/s (over), 2,000 gives 4,167/s
     doc = {"topology": {"host_link": {"rate": "25gbit"}}, "traffic": {"engine": "roce"}}
-    assert dilation.auto_factor(doc, 2) == 2000
+    assert dilation.auto_factor(doc, 2, per_core=3000) == 2000
     slow = {"topology": {"host_link": {"rate": "20mbit"}}}
-    assert dilation.auto_factor(slow, 2) == 1                   # 4 × 20 Mbit/s of UDP: 6,667/s ≤ 12,000/s
-    assert dilation.auto_factor(slow, 1) == 2                   # … > 6,000/s on one core
+    assert dilation.auto_factor(slow, 2, per_core=6000) == 1     # 4 × 20 Mbit/s of UDP: 6,667/s ≤ 12,000/s
+    assert dilation.auto_factor(slow, 1, per_core=6000) == 2     # … > 6,000/s on one core
     s = scenario.from_dict({**REAL, "time_dilation": "auto"})
     assert s.dilation == dilation.auto_factor(REAL, __import__("os").cpu_count() or 1)
+
+
+def test_auto_divides_by_what_bench_capacity_measured_here_else_the_built_in_figure(tmp_path, monkeypatch):
+    """No measurement of this machine: the built-in 6,000 packets/s per core and the manifest says so; after
+    `testbed bench capacity` saved 1,667/s per core for udp, 4 hosts × 20 Mbit/s (6,667 packets/s) on 2 cores
+    need N = 2 (3,333/s ≤ 3,334/s), and the source names the measurement; roce keeps its built-in figure."""
+    import os
+    monkeypatch.setattr(dilation, "BUDGET_DIR", tmp_path)
+    slow = {"topology": {"host_link": {"rate": "20mbit"}}, "time_dilation": "auto"}
+    assert dilation.budget("udp") == (6000.0, "built-in (testbed bench capacity has not measured this machine and "
+                                              "kernel)")
+    path = dilation.save_budget("udp", 1667.0, "40 Mbit/s links, default.yaml")
+    assert path.parent == tmp_path and dilation.machine_key() in path.name
+    per_core, source = dilation.budget("udp")
+    assert per_core == 1667.0 and source.startswith("measured by testbed bench capacity on ") and "default.yaml" in source
+    assert dilation.budget("roce")[0] == 3000.0
+    s = scenario.from_dict(slow)
+    cores = os.cpu_count() or 1
+    assert s.dilation == dilation.auto_factor(slow, cores, 1667.0) and s.auto_budget == {"pps_per_core": 1667.0,
+                                                                                          "source": source}
+    if cores == 2:
+        assert s.dilation == 2
 
 
 def test_replayed_times_are_dilated_too():
