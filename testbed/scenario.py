@@ -31,13 +31,16 @@ from .inband import checks as inband_checks
 from .lb import checks as lb_checks
 from .qos import checks as qos_checks
 from .routing import checks as routing_checks
+from .workloads import checks as workload_checks
+from .workloads.iperf3.spec import Iperf3Spec
 from .workloads.mpi.spec import MpiSpec
 from .workloads.roce import cc as roce_cc
 from .workloads.roce.cc import DcqcnConfig, EqdsConfig, HpccConfig, NsccConfig, SwiftConfig, TimelyConfig
 
 #: every mechanism family's cross-field checks, run on the whole scenario once its sections are valid
 MECHANISM_CHECKS = (qos_checks.pfc_does_something, qos_checks.shared_buffer_fits, inband_checks.int_fits,
-                    qos_checks.trim_can_trim, lb_checks.wcmp_source_fits, routing_checks.failures_fit)
+                    qos_checks.trim_can_trim, lb_checks.wcmp_source_fits, routing_checks.failures_fit,
+                    workload_checks.engine_keys_apply, workload_checks.mpi_ranks_fit, workload_checks.iperf3_fits)
 
 
 ROCE_DSCP = 26                  # AF31: the DSCP RoCE NICs mark by default
@@ -199,11 +202,6 @@ class RxeSpec(Strict):
     msg_bytes: Size = 65536
 
 
-class Iperf3Spec(Strict):
-    """``traffic.engine: iperf3``: which transport iperf3 runs for every flow."""
-    protocol: Literal["udp", "tcp"] = "udp"
-
-
 class JobSpec(Strict):
     """One collective job: ``iterations`` × (the collective, then ``gap`` of compute)."""
     name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,40}$")
@@ -309,31 +307,6 @@ class TrafficSpec(Strict):
         if self.qps_per_connection > 1 and not (self.jobs or self.replay or self.pattern == "allreduce"):
             raise ValueError("qps_per_connection: splits the transfers of collective jobs and replayed schedules; "
                              "pattern flows use flows_per_pair")
-        return self
-
-    @model_validator(mode="after")
-    def _mpi(self):
-        """Engine mpi runs its benchmark and nothing else; ``mpi`` keys without it would do nothing."""
-        if self.engine != "mpi":
-            if self.mpi != MpiSpec():
-                raise ValueError(f"mpi: applies to traffic.engine mpi (engine is {self.engine!r})")
-            return self
-        for key in ("jobs", "replay", "pattern", "pairs", "flow_size", "rate", "flows_per_pair", "incast", "load",
-                    "size_dist", "qps_per_connection", "packet_size", "ecn"):
-            if key in self.model_fields_set:
-                raise ValueError(f"{key}: engine mpi runs the benchmark of traffic.mpi; {key} does not apply")
-        return self
-
-    @model_validator(mode="after")
-    def _iperf3(self):
-        """Engine iperf3 runs the planned pattern flows; ``iperf3`` keys without it would do nothing."""
-        if self.engine != "iperf3":
-            if self.iperf3 != Iperf3Spec():
-                raise ValueError(f"iperf3: applies to traffic.engine iperf3 (engine is {self.engine!r})")
-            return self
-        if self.jobs or self.replay is not None or self.pattern in ("allreduce", "poisson"):
-            raise ValueError("engine: iperf3 runs pattern flows (pairs, permutation, all-to-all, incast), not "
-                             "collectives, replays or poisson arrivals; use udp, tcp or roce")
         return self
 
     @model_validator(mode="after")
@@ -527,8 +500,6 @@ class Scenario(Strict):
         for check in MECHANISM_CHECKS:
             check(self)
         self._docker_hosts_fit()
-        self._mpi_ranks_fit()
-        self._iperf3_fits()
         for a, b in self.traffic.pairs:
             if a == b:
                 raise ValueError(f"@traffic.pairs: a flow from {a} to itself never crosses the fabric")
@@ -547,32 +518,6 @@ class Scenario(Strict):
         if self.traffic.engine == "rxe":
             raise ValueError("@hosts.docker: not with traffic.engine rxe (Soft-RoCE moves the host NICs into the "
                              "initial namespace, out of the containers); use udp, tcp or roce")
-
-    def _mpi_ranks_fit(self) -> None:
-        """MPI ranks run on hosts of this topology, in its namespaces (not containers, one machine)."""
-        if self.traffic.engine != "mpi":
-            return
-        ranks, n = self.traffic.mpi.ranks, self.topology.hosts
-        if isinstance(ranks, int) and ranks > n:
-            raise ValueError(f"@traffic.mpi.ranks: {ranks} ranks, the topology has {n} hosts (one rank per host)")
-        if isinstance(ranks, list):
-            for h in ranks:
-                if not h.startswith("h"):
-                    raise ValueError(f"@traffic.mpi.ranks: {h} is a switch; ranks run on hosts")
-        if self.hosts.docker is not None:
-            raise ValueError("@hosts.docker: not with traffic.engine mpi (the ranks run in the host namespaces)")
-        if self.placement is not None:
-            raise ValueError("@placement: traffic.engine mpi runs on one machine (its ranks' management network "
-                             "is local)")
-
-    def _iperf3_fits(self) -> None:
-        """iperf3 cannot set its sockets' priority: where host NICs have traffic classes its packets would all
-        leave in the default class."""
-        if self.traffic.engine != "iperf3":
-            return
-        if self.hosts.pfc or self.switch.credit_on:
-            raise ValueError("@traffic.engine: iperf3 cannot choose its sockets' priority, and the host NICs have "
-                             "traffic classes here (hosts.pfc or credits); use udp or tcp")
 
     def _rail_shift_crosses(self) -> None:
         """Cross-rail flows need a path between rails, and a shift that is a whole number of rails is none."""

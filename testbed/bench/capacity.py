@@ -116,10 +116,10 @@ def testbed_point(path: Path, sets: tuple[str, ...], rate_bps: int, outdir: Path
     """One ``testbed run`` of the scenario at ``rate_bps``; its CPU over the traffic window."""
     import json
     import pandas as pd
-    from .. import runner
+    from ..runs.lifecycle import run
     scen = scenario.load(path, sets + _rate_sets(rate_bps))
     with CpuTrace() as trace:
-        d, row = runner.run(scen, outdir)
+        d, row = run(scen, outdir)
     origin = json.loads((d / "manifest.json").read_text())["origin"]
     flows = pd.read_csv(d / "flows.csv")
     payload = scen.packet_size - (52 if scen.traffic.engine == "tcp" else 28)
