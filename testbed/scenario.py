@@ -19,6 +19,8 @@ from pydantic import (BeforeValidator, Field, PrivateAttr, ValidationError,
 from . import dilation, profiles, units
 from .spec_types import NodeName, Rate, ScenarioError, Size, Strict, Time, unit as _unit
 from .datapath.int_wire import INT_HEADER_BYTES, INT_HOP_BYTES
+from .controller.spec import ControllerSpec
+from .controller import checks as controller_checks
 from .inband.spec import IntSpec
 from .lb.plugin import PluginSpec, resolve_source as resolve_plugin
 from .lb.spec import AdaptiveSpec, DlbSpec, WcmpSpec
@@ -40,7 +42,8 @@ from .workloads.roce.cc import DcqcnConfig, EqdsConfig, HpccConfig, NsccConfig, 
 #: every mechanism family's cross-field checks, run on the whole scenario once its sections are valid
 MECHANISM_CHECKS = (qos_checks.pfc_does_something, qos_checks.shared_buffer_fits, inband_checks.int_fits,
                     qos_checks.trim_can_trim, lb_checks.wcmp_source_fits, routing_checks.failures_fit,
-                    workload_checks.engine_keys_apply, workload_checks.mpi_ranks_fit, workload_checks.iperf3_fits)
+                    workload_checks.engine_keys_apply, workload_checks.mpi_ranks_fit, workload_checks.iperf3_fits,
+                    controller_checks.planned_entropy_fits)
 
 
 ROCE_DSCP = 26                  # AF31: the DSCP RoCE NICs mark by default
@@ -434,6 +437,7 @@ class Scenario(Strict):
     # the scenario is in real units, emulated N times slower (testbed/dilation.py); auto: N from the CPU budget
     time_dilation: Union[Annotated[int, Field(ge=1, le=1_000_000)], Literal["auto"], None] = None
     placement: Optional[PlacementSpec] = None    # one fabric over several machines (with --cluster)
+    controller: ControllerSpec = ControllerSpec()   # the fabric controller: planned entropy (testbed/controller)
     _profile_keys: tuple[str, ...] = PrivateAttr(default=())
     _dilation: int = PrivateAttr(default=1)
     _real_doc: Optional[dict] = PrivateAttr(default=None)

@@ -397,7 +397,8 @@ def leftovers(lab: str, bpf_programs=(), ray_address: str | None = None) -> dict
     Ray actors named after it."""
     from testbed.lab import LABS_DIR
     out: dict[str, list] = {}
-    out["state"] = sorted(p.name for p in LABS_DIR.glob(f"{lab}*.json")) if LABS_DIR.exists() else []
+    out["state"] = (sorted(p.name for p in LABS_DIR.glob(f"{lab}*") if p.suffix in (".json", ".sock"))
+                    if LABS_DIR.exists() else [])                    # the state file, the controller's sockets
     out["namespaces"] = netns.list_names(f"{netns.PREFIX}{lab}")
     links = []
     for ns in [None] + [n for n in netns.list_names() if netns.is_machine(n)]:

@@ -51,6 +51,9 @@ INT_PATH_COLUMNS = ["path", "reports", "flows", "delay_p50_ns", "delay_p99_ns", 
 #: weights.csv (runs with switch.wcmp.source int or load): every interval, every member of every leaf group.
 WEIGHT_COLUMNS = ["time_s", "switch", "group", "next_hop", "weight", "port", "signal", "source"]
 
+#: controller.csv (runs with controller.entropy plan): every entropy decision of the fabric controller.
+CONTROLLER_COLUMNS = ["time_s", "flow", "old", "new", "reason"]
+
 #: cc.csv (RoCE runs with traffic.cc other than none): each flow's congestion window and rate over time.
 CC_COLUMNS = ["flow_id", "time_s", "cwnd_bytes", "rate_bps"]
 
@@ -67,13 +70,14 @@ INT_CSV = "int.csv"
 INT_PATHS_CSV = "int_paths.csv"
 WEIGHTS_CSV = "weights.csv"
 CC_CSV = "cc.csv"
+CONTROLLER_CSV = "controller.csv"
 SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
 #: plot name → file name.
 PLOT_FILES = {"uplink_util": "uplink_util.png", "uplink_bytes": "uplink_bytes.png", "fct_cdf": "fct_cdf.png",
               "int_path_delay": "int_path_delay.png", "cc": "cc.png"}
 RESULT_FILES = [MANIFEST, LINKS_CSV, FLOWS_CSV, SUMMARY_CSV, COLLECTIVES_CSV, FAILURES_CSV, SM_CSV, INT_CSV, INT_PATHS_CSV, WEIGHTS_CSV, CC_CSV,
-                *PLOT_FILES.values()]
+                CONTROLLER_CSV, *PLOT_FILES.values()]
 #: manifest key under which write_run stores the summary inputs, so `report` can recompute the same row.
 MANIFEST_INPUTS = "report_inputs"
 #: a sweep's directory: the plan (for --resume) and the per-configuration statistics.

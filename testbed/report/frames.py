@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .columns import (CC_COLUMNS, COLLECTIVE_COLUMNS, FAILURE_COLUMNS, FLOW_COLUMNS, INT_COLUMNS, INT_PATH_COLUMNS, LINK_COLUMNS,
+from .columns import (CC_COLUMNS, COLLECTIVE_COLUMNS, CONTROLLER_COLUMNS, FAILURE_COLUMNS, FLOW_COLUMNS, INT_COLUMNS, INT_PATH_COLUMNS, LINK_COLUMNS,
                       LINK_KNOWN_EXTRA, LINK_QOS_COLUMNS, SM_COLUMNS, WEIGHT_COLUMNS)
 
 _LINK_NUMERIC = ["time_s", "bytes", "packets", "util", "rate_bps", "interval_s"]
@@ -109,6 +109,13 @@ def cc_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
     df = _with_columns(df, CC_COLUMNS, "cc")
     df = _coerce(df, ["time_s", "cwnd_bytes", "rate_bps"])
     return ordered(df, CC_COLUMNS)
+
+
+def controller_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    df = pd.DataFrame(list(rows)) if not isinstance(rows, pd.DataFrame) else rows.copy()
+    df = _with_columns(df, CONTROLLER_COLUMNS, "controller")
+    df = _coerce(df, ["time_s"])
+    return ordered(df, CONTROLLER_COLUMNS)
 
 
 def weights_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:

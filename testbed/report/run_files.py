@@ -10,12 +10,12 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from .columns import (CC_CSV, COLLECTIVES_CSV, FAILURES_CSV, FLOWS_CSV, INT_CSV, INT_PATHS_CSV, LINKS_CSV, MANIFEST,
+from .columns import (CC_CSV, COLLECTIVES_CSV, CONTROLLER_CSV, FAILURES_CSV, FLOWS_CSV, INT_CSV, INT_PATHS_CSV, LINKS_CSV, MANIFEST,
                       MANIFEST_INPUTS, META_KEYS, RESULT_FILES, SM_CSV, SUMMARY_COLUMNS, SUMMARY_CSV,
                       SUMMARY_EXTRA_COLUMNS, SWEEP_CSV, SWEEP_PNG, WEIGHTS_CSV)
 from ..dilation import COLLECTIVE_REAL, FLOW_REAL, LINK_REAL, real_columns
 from .files import ReportError, read_csv, read_manifest, write_csv, write_json
-from .frames import (cc_frame, collectives_frame, failures_frame, flows_frame, int_frame, int_paths_frame,
+from .frames import (cc_frame, collectives_frame, controller_frame, failures_frame, flows_frame, int_frame, int_paths_frame,
                      links_frame, ordered, sm_frame, weights_frame)
 from .plots import _figure, _save, plots
 from .summary import _num, summarize
@@ -43,7 +43,8 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
               sm: Iterable[Mapping[str, Any]] | None = None,
               int_rows: Iterable[Mapping[str, Any]] | None = None,
               weights: Iterable[Mapping[str, Any]] | None = None,
-              cc: Iterable[Mapping[str, Any]] | None = None) -> dict:
+              cc: Iterable[Mapping[str, Any]] | None = None,
+              controller: Iterable[Mapping[str, Any]] | None = None) -> dict:
     """Write a run's result directory (created if needed) and return its summary row.
 
     Order: links.csv, flows.csv, [collectives.csv, failures.csv, sm.csv], summary.csv, plots, then manifest.json
@@ -74,6 +75,8 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
         write_csv(outdir / SM_CSV, sm_frame(sm))
     if weights is not None:
         write_csv(outdir / WEIGHTS_CSV, weights_frame(weights))
+    if controller is not None:
+        write_csv(outdir / CONTROLLER_CSV, controller_frame(controller))
     cc_df = None
     if cc is not None:
         cc_df = cc_frame(cc)

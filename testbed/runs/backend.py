@@ -34,6 +34,7 @@ class Collected:
     int_rows: list | None = None                         # int.csv (telemetry.int)
     int_stats: dict | None = None                        # the INT counters (telemetry.int or HPCC's host stacks)
     weights: list | None = None                          # weights.csv (the WCMP controller)
+    controller: dict | None = None                       # the fabric controller's results (controller.csv rows …)
     wcmp_controller: dict | None = None                  # its health
     metrics: dict | None = None                          # the live metrics exporter(s)
     docker: dict | None = None                           # container hosts

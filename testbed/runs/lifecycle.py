@@ -123,6 +123,8 @@ def _traffic(scen: Scenario, be: Backend, origin: float, check: Callable[[], Non
         return out
     out.results = workloads.run(out.flows, be.ns_of, duration_s, scen.packet_size, info=out.info, origin=origin,
                                 **kw)
+    for f, r in zip(out.flows, out.results):     # the fabric controller may have given a flow another port
+        f.sport = r.sport
     return out
 
 
@@ -227,6 +229,10 @@ def degradations(scen, topo, got: Collected, traffic: Traffic) -> list[str]:
     out += routing_degradations(scen, got.helpers.get("routing") or {}, got.helpers.get("scheduler") or {})
     out += traffic.info.get("agent_problems", [])
     out += (traffic.info.get("mpi") or {}).get("degradations", [])
+    own = [r.flow_id for r in traffic.results if getattr(r, "entropy_from", None) == "own"]
+    if own:
+        out.append(f"controller: {len(own)} flow(s) got no answer from the fabric controller within "
+                   f"{scen.controller.timeout / 1e6:g} ms and kept their own source port (e.g. flow {own[0]})")
     if (rto := rto_warning(scen.traffic, topo)) is not None:
         out.append(rto)
     return out + int_degradations(got.int_stats, scen)
@@ -266,6 +272,16 @@ def sm_rows(topo, rt: dict, origin: float) -> list[dict] | None:
     return rows
 
 
+def controller_section(scen, got: Collected, traffic: Traffic) -> dict | None:
+    """The fabric controller's account (controller.entropy plan): what it planned and answered, and the flows
+    whose host got no answer in time (they kept their own port)."""
+    if scen.controller.entropy == "off":
+        return None
+    res = {k: v for k, v in (got.controller or {}).items() if k != "rows"}
+    own = sorted(r.flow_id for r in traffic.results if getattr(r, "entropy_from", None) == "own")
+    return dict(res, entropy=scen.controller.entropy, fallbacks=len(own), fallback_flows=own[:50])
+
+
 def manifest(scen, run_id: str, source: str, caps: dict, started: float, ended: float, be: Backend,
              got: Collected, traffic: Traffic, failures: list[str], degraded: list[str], origin: float) -> dict:
     """manifest.json: the same keys from every back end (its own sections added: ``cluster``)."""
@@ -296,6 +312,7 @@ def manifest(scen, run_id: str, source: str, caps: dict, started: float, ended: 
                      host_mtu=scen.host_mtu) if got.int_stats is not None else None),
         "wcmp_controller": got.wcmp_controller, "metrics": got.metrics or None, "docker": got.docker,
         "mpi": traffic.info.get("mpi"),
+        "controller": controller_section(scen, got, traffic),
     }
     out.update(got.sections)
     return out
@@ -355,6 +372,10 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
                                                    scen.duration / 1e9),
             "queue_model_error": man["qos"]["queue_model_error"]["mean"],
             "failed": failures[0] if failures else None, "profile": scen.profile}
+    if scen.controller.entropy != "off":
+        rows = (got.controller or {}).get("rows") or []
+        meta["controller_replans"] = sum(1 for r in rows if r.get("reason") != "start")
+        meta["planned_shared_links"] = (got.controller or {}).get("planned_shared_links")
     if "mpi" in traffic.info:
         meta["tcp_retransmits"] = traffic.info["mpi"]["tcp_retransmits"]    # the ranks' hosts' TCP resends
     if scen.dilation > 1:
@@ -365,7 +386,9 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
     row = report.write_run(outdir, man, got.rows, flow_rows(topo, traffic, used, scen.packet_size), cpu, meta,
                            collectives=traffic.collectives, failures=fail_rows,
                            sm=sm_rows(topo, got.helpers.get("routing") or {}, origin), int_rows=got.int_rows,
-                           weights=got.weights, cc=cc_rows(traffic))
+                           weights=got.weights, cc=cc_rows(traffic),
+                           controller=((got.controller or {}).get("rows") or []) if scen.controller.entropy != "off"
+                           else None)
     if failures:
         raise RunFailed(f"{failures[0]} (results collected so far: {outdir})", outdir)
     return outdir, row

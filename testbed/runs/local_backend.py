@@ -37,6 +37,7 @@ class LocalBackend(Backend):
         self.lab: Lab | None = None
         self.acct = None
         self.sampler = self.collector = self.controller = self.captures = None
+        self.fabric_controller = None
         self.warnings: list[str] = []
         self.pcaps: list[str] = []
 
@@ -79,6 +80,15 @@ class LocalBackend(Backend):
 
     def start(self, origin: float, outdir: Path, log: Callable[[str], None]) -> None:
         lab, scen = self.lab, self.scen
+        if scen.controller.entropy != "off":
+            # forked while this process runs no thread of its own yet; it plans the run's flows (the same plan
+            # the traffic makes: workloads.plan is deterministic) before it says it is ready
+            from ..controller.service import FabricController
+            from ..workloads import plan
+            flows = plan(scen.traffic, lab.topo, scen.seed, scen.duration / 1e9)
+            self.fabric_controller = FabricController(lab.topo, scen, lab.name, flows, origin)
+            self.fabric_controller.on_fork = lab.recorder("fabric-controller")
+            self.fabric_controller.start()
         if scen.switch.load_balancing == "wcmp" and scen.switch.wcmp.source != "static":
             # forked first, while this process runs no thread of its own yet (the sampler, the INT reader)
             from ..lb.wcmp_controller import WcmpController
@@ -96,14 +106,16 @@ class LocalBackend(Backend):
             self.collector.start()
 
     def check(self) -> None:
-        for helper in (self.sampler, self.collector, self.controller):
+        for helper in (self.sampler, self.collector, self.controller, self.fabric_controller):
             if helper is not None:
                 helper.check()
         self.lab.check()
 
     def traffic_kw(self) -> dict:
-        ctrs = self.lab.containers
-        return {"containers": ctrs.containers if ctrs is not None else None}
+        ctrs, fc = self.lab.containers, self.fabric_controller
+        return {"containers": ctrs.containers if ctrs is not None else None,
+                "controller": ({"path": str(fc.path), "timeout_s": self.scen.controller.timeout / 1e9}
+                               if fc is not None else None)}
 
     def failures_go(self, t0: float) -> None:
         self.lab.failures_go(t0)
@@ -136,6 +148,11 @@ class LocalBackend(Backend):
                 self.controller.stop()
             except HelperFailed:                     # kept in its error: down() reports it, once
                 pass
+        if self.fabric_controller is not None:
+            try:
+                self.fabric_controller.stop()
+            except HelperFailed:                     # kept in its error: down() reports it, once
+                pass
         if self.captures is not None:
             self.pcaps, self.captures = self.captures.stop(), None
 
@@ -152,16 +169,19 @@ class LocalBackend(Backend):
         if self.controller is not None:
             got.weights, got.wcmp_controller = self.controller.rows, self.controller.health()
         got.docker = lab.containers.manifest() if lab.containers is not None else None
+        if self.fabric_controller is not None:
+            got.controller = self.fabric_controller.results or None
         return got
 
     def down(self, got: Collected | None) -> list[str]:
         lab, self.lab = self.lab, None
         acct, self.acct = self.acct, None
-        if self.controller is not None and self.controller.pid is not None:   # the run stopped before stop()
-            try:
-                self.controller.stop()
-            except HelperFailed:
-                pass
+        for helper in (self.controller, self.fabric_controller):
+            if helper is not None and helper.pid is not None:      # the run stopped before stop()
+                try:
+                    helper.stop()
+                except HelperFailed:
+                    pass
         try:
             if lab is not None:
                 lab.close(force=True)
@@ -180,7 +200,8 @@ class LocalBackend(Backend):
             got.helpers = {k: lab.results.get(k, {}) for k in ("pfc", "routing", "scheduler")}
             got.metrics = lab.results.get("exporter") or None
             got.errors = [e for e in (s.error, self.collector and self.collector.error,
-                                      self.controller and self.controller.error) if e]
+                                      self.controller and self.controller.error,
+                                      self.fabric_controller and self.fabric_controller.error) if e]
         return list(lab.failures)
 
     @staticmethod

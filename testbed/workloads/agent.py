@@ -339,6 +339,13 @@ def run_job(job: dict) -> dict:
         if job.get("timeline_bin_s"):
             st.timeline_on(t0, float(job["timeline_bin_s"]))
     bound_at = time.time()
+    ctl = job.get("controller")
+    if ctl and job["send"]:                   # the fabric controller picks the source ports (controller_channel)
+        from .controller_channel import ask
+        got = ask(ctl["path"], job["send"], float(ctl["timeout_s"]), str(job.get("host")))
+        for f in job["send"]:
+            f["entropy_from"] = "controller" if f["flow_id"] in got else "own"
+            f["sport"] = got.get(f["flow_id"], f["sport"])
     senders = []
     for f in job["send"]:
         try:
@@ -370,7 +377,8 @@ def run_job(job: dict) -> dict:
         "host": job.get("host"),
         "t0": t0,
         "bound_at": bound_at,
-        "send": {str(s.flow["flow_id"]): s.stats() for s in senders},
+        "send": {str(s.flow["flow_id"]): dict(s.stats(), sport=s.flow["sport"],
+                                              entropy_from=s.flow.get("entropy_from")) for s in senders},
         "recv": {str(st.flow_id): _rx_result(st) for st in states},
         "unknown_packets": rx_result.get("unknown", 0),
     }

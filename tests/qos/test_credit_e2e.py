@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from testbed import runner, workloads
+from testbed.fabric import netns
 
 from conftest import Machine, guarded_run, lab_load_ok, make_scenario
 
@@ -45,6 +46,16 @@ def run_pairs(lb, scen, pairs, duration, packet_size=1500):
     return workloads.run(fl, lambda h: lb.fabric.ns[h], duration, packet_size, sndbuf_bytes=150_000)
 
 
+def host_socket_drops(lb, host: str) -> int:
+    """Datagrams the receiving host's kernel dropped at its sockets (Udp RcvbufErrors of its namespace): a
+    receiving agent starved of CPU, not the fabric."""
+    def read() -> int:
+        with open("/proc/thread-self/net/snmp") as f:
+            head, vals = [ln.split() for ln in f if ln.startswith("Udp:")][:2]
+        return int(vals[head.index("RcvbufErrors")])
+    return netns.run_in(lb.fabric.ns[host], read)
+
+
 def outcome(lb, res) -> dict:
     """Drops anywhere (switch program: buffers and overflowing ingresses; every qdisc), packets lost end to end,
     lossless packets the switches queued, and the credit counters."""
@@ -71,19 +82,25 @@ def test_credit_incast_is_lossless_over_a_million_packets_and_keeps_the_receiver
     # 28 s: 1.04–1.05 M packets queued in 25 s on a quiet machine, 0.99 M once in a CI run (receiver link 0.77
     # busy instead of 0.81): the million needs the margin
     machine.start()
+    sock0 = host_socket_drops(lb, "h0")
     res = run_pairs(lb, scen, [(s, "h0") for s in lb.topo.hosts if s != "h0"], 28.0, packet_size=200)
     had = machine.available()
     o = outcome(lb, res)
+    o["socket_drops"] = host_socket_drops(lb, "h0") - sock0
     start, end = min(r.start_s for r in res), max(r.end_s for r in res)
     util = sum(r.bytes for r in res) * (200 + 14) / (200 - 20) * 8 / (end - start) / 50e6
     lb.close(force=True)
     cr = (lb.results.get("pfc") or {}).get("credits") or {}
     print(f"\n[credit incast] {o['queued']:,} lossless packets queued, {o['received']:,} delivered, util {util:.3f}; "
-          f"drops {o['drops']}, overflows {o['overflows']}, qdisc {o['qdisc_drops']}, lost {o['lost']}; "
+          f"drops {o['drops']}, overflows {o['overflows']}, qdisc {o['qdisc_drops']}, lost {o['lost']} (of which "
+          f"{o['socket_drops']} at h0's socket); "
           f"stalls {o['stalls']} ({o['stall_s']:.1f} s), granted {o['granted']:,} B; "
           f"grant latency {cr.get('grant_latency_us')}; {1 - had:.1%} of the machine stolen")
     assert o["queued"] >= 1_000_000, o
-    assert o["drops"] == 0 and o["overflows"] == 0 and not o["qdisc_drops"] and o["lost"] == 0, o
+    # lossless fabric: nothing dropped anywhere on the way; what the receiving agent, starved of CPU, let its
+    # socket drop is the host's (once beside a CPU hog and another benchmark: 4,555 lost, 0 in the fabric)
+    assert o["drops"] == 0 and o["overflows"] == 0 and not o["qdisc_drops"], o
+    assert o["lost"] == o["socket_drops"], o
     assert o["stalls"] > 0 and o["granted"] > 0                   # credits did hold senders back
     assert util >= 0.75 * had, (util, had)                        # 0.80–0.81 measured
     assert not (lb.results.get("pfc") or {}).get("errors"), lb.results.get("pfc").get("errors")

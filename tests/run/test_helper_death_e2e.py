@@ -1,6 +1,6 @@
 """Every helper's death is survived and cleaned: kill -9, mid-run, each process a run depends on — the
 flow-control agent (PFC, credits), the routing agent (link-state watcher, subnet manager), the failure
-scheduler, the WCMP controller, the metrics exporter, one traffic agent, a container host, one Ray part of a
+scheduler, the WCMP controller, the fabric controller, the metrics exporter, one traffic agent, a container host, one Ray part of a
 split run — and the run fails with one line naming it, writes what it collected so far with manifest
 ``failed``, and after ``testbed clean <its lab>`` nothing of it is left (conftest.leftovers: namespaces, links,
 BPF programs, processes, containers, cgroups, Ray actors). The same after kill -9 of ``testbed run`` and of
@@ -77,6 +77,8 @@ HELPER_CASES = [
     Case("subnet-manager", {"switch": {"routing": "sm"}}, "subnet-manager", "subnet manager"),
     Case("failure-scheduler", LATE_FAILURE, "failure-scheduler", "failure scheduler"),
     Case("wcmp-controller", WCMP, "wcmp-controller", "WCMP controller"),
+    Case("fabric-controller", {"topology": {"spines": 2}, "controller": {"entropy": "plan"}}, "fabric-controller",
+         "fabric controller"),
     Case("metrics-exporter", {}, "metrics-exporter", "metrics exporter", metrics=True),
     Case("traffic-agent", {}, "agent", "traffic agent on h1"),
     Case("container-host", DOCKER, "container", "container host h1", needs="docker"),

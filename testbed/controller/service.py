@@ -1,0 +1,125 @@
+"""The fabric controller as a helper process of the run.
+
+The controller is a forked helper (``ftb-<lab>-ctl``, helper.py) holding a ``Planner`` over the fabric's real
+ECMP hashes. At start it plans every flow the run will send (the traffic matrix is known, as a job scheduler or
+a collective library knows its communication pattern): largest first, then repaired until no link carries two
+flows where paths of their own exist. The hosts ask for their flows' source ports when their flows start, over
+the channel of ``workloads/controller_channel.py`` (a Unix datagram socket, JSON messages, version 1); a host
+that gets no answer within ``controller.timeout`` keeps its own port, and the run's results count it. A flow the
+controller was not told of gets the best path left at that moment.
+
+Its results: one row per decision for ``controller.csv`` (time_s since the run's time zero, flow, old = the
+host's own port, new, reason) and the manifest's ``controller`` section (requests, ``planned_shared_links``: links
+the plan put more than one flow on, 0 where paths of their own exist).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+from ..errors import HelperFailed
+from ..helper import ForkedHelper, wait_readable, write_result
+from ..fabric.netns import STATE_DIR
+from ..workloads.controller_channel import VERSION, reply
+from .planner import PathModel, PlanFlow, Planner
+
+PROTO = {"udp": 17, "tcp": 6, "rocev2": 17}
+
+
+def socket_path(lab: str) -> Path:
+    """The controller's socket: a file of this machine, reachable from every host namespace."""
+    return Path(STATE_DIR) / "labs" / f"{lab}-ctl.sock"
+
+
+class ControllerFailed(HelperFailed):
+    """The fabric controller died or could not report; one line naming it."""
+
+
+class FabricController(ForkedHelper):
+    """The parent's side: ``start()`` binds the socket and forks the controller (it plans every flow before it
+    says it is ready), ``stop()`` returns its decisions."""
+
+    label = "fabric controller"
+    failure = ControllerFailed
+
+    def __init__(self, topo, scen, lab: str, flows, origin: float):
+        super().__init__()
+        self.topo, self.scen, self.lab, self.flows, self.origin = topo, scen, lab, list(flows), origin
+        self.path = socket_path(lab)
+        self.error: str | None = None
+
+    def start(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.unlink(missing_ok=True)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(str(self.path))
+        os.chmod(self.path, 0o600)
+        try:
+            self._fork(lambda wfd, ready: _serve(self, sock, wfd, ready), f"ftb-{self.lab}-ctl")
+        finally:
+            sock.close()
+
+    def stop(self) -> dict:
+        """End the controller; its decisions come back with its results (raises ControllerFailed if it died)."""
+        try:
+            return super().stop()
+        except ControllerFailed as e:
+            self.error = str(e)
+            raise
+        finally:
+            self.path.unlink(missing_ok=True)
+
+
+def plan_flow(f, topo) -> PlanFlow:
+    """A planner's view of a workloads Flow (its rate: the flow's, else its NIC's line rate)."""
+    rate = f.rate_bps or topo.port_named(f.src, f"eth{f.rail}").rate_bps
+    return PlanFlow(f.flow_id, f.src, f.src_addr, f.dst_addr, f.dport, PROTO.get(f.proto, 17), float(rate),
+                    rail=f.rail)
+
+
+def _serve(o: FabricController, sock: socket.socket, wfd: int, ready) -> None:
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    sw = o.scen.switch
+    planner = Planner(PathModel(o.topo, sw.hash_seed, sw.hash_fields), seed=o.scen.seed)
+    known = {f.flow_id: plan_flow(f, o.topo) for f in o.flows}
+    planned = planner.plan(list(known.values()))
+    shared = planner.shared_links()
+    rows, stats = [], {"requests": 0, "unknown_flows": 0, "bad_messages": 0}
+    ready()
+    while not stop:
+        try:
+            if not wait_readable([sock.fileno()], 0.2):
+                continue
+            data, addr = sock.recvfrom(4096)
+        except InterruptedError:
+            continue
+        try:
+            msg = json.loads(data)
+            if msg.get("v") != VERSION or msg.get("op") not in ("plan", "end"):
+                raise ValueError("not a version-1 plan/end message")
+            fid = int(msg["flow"])
+        except (ValueError, KeyError, TypeError):
+            stats["bad_messages"] += 1
+            continue
+        if msg["op"] == "end":
+            planner.release(fid)
+            continue
+        stats["requests"] += 1
+        if fid in planned:
+            sport = planned[fid]
+        else:
+            stats["unknown_flows"] += 1
+            sport = planner.assign(known[fid]) if fid in known else int(msg.get("sport") or 0)
+        rows.append({"time_s": time.time() - o.origin, "flow": fid, "old": msg.get("sport"), "new": sport,
+                     "reason": "start"})
+        if addr:
+            try:
+                sock.sendto(reply(fid, sport, "start"), addr)
+            except OSError:
+                pass
+    write_result(wfd, {"rows": rows, "planned_shared_links": shared, "planned_flows": len(planned), **stats})
