@@ -262,6 +262,17 @@ def run_cli(*args, timeout=120, **kw) -> subprocess.CompletedProcess:
                           env=env, **kw)
 
 
+def killed_run_error(proc: subprocess.Popen, victim: int) -> tuple[str, str]:
+    """SIGKILL ``victim`` (a process ``proc``'s run depends on), wait for ``proc`` (a `testbed run`), and check that
+    it failed with exactly one ``error:`` line and no traceback; (that line, its whole stderr)."""
+    import signal
+    os.kill(victim, signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert proc.returncode != 0 and len(errors) == 1 and "Traceback" not in err, err
+    return errors[0], err
+
+
 def wait_for(pred, timeout=10.0, step=0.05):
     end = time.time() + timeout
     while time.time() < end:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import pytest
 
 from testbed.workloads import iperf3
 
-from conftest import ROOT, guarded_run, leftovers, make_scenario
+from conftest import ROOT, guarded_run, killed_run_error, leftovers, make_scenario
 
 pytestmark = pytest.mark.e2e             # iperf3: scripts/test-setup.sh installs it
 
@@ -76,11 +75,8 @@ def test_a_server_that_dies_fails_the_run_naming_its_flow(tmp_path):
         time.sleep(0.05)
     assert victim is not None, "flow 0's server never started"
     time.sleep(0.3)
-    os.kill(victim, signal.SIGKILL)
-    _, err = proc.communicate(timeout=120)
-    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
-    assert proc.returncode != 0 and len(errors) == 1, err
-    assert errors[0].startswith("error: iperf3: flow 0 (h0 → h1) failed:"), errors[0]
+    line, _ = killed_run_error(proc, victim)
+    assert line.startswith("error: iperf3: flow 0 (h0 → h1) failed:"), line
     flows = pd.read_csv(tmp_path / "r" / "flows.csv").set_index("flow_id")
     assert flows.loc[1, "bytes"] > 0 and isinstance(flows.loc[0, "error"], str) and flows.loc[0, "bytes"] == 0
     lab = json.loads((tmp_path / "r" / "manifest.json").read_text())["lab"]

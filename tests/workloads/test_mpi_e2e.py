@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from testbed import scenario
 from testbed.fabric import netns
 from testbed.workloads.mpi import launcher
 
-from conftest import ROOT, guarded_run, leftovers
+from conftest import ROOT, guarded_run, killed_run_error, leftovers
 
 pytestmark = pytest.mark.e2e              # Open MPI and mpi4py: scripts/test-setup.sh installs them
 
@@ -120,11 +119,8 @@ def test_a_rank_killed_mid_run_fails_the_run_in_one_line_naming_its_host(tmp_pat
         time.sleep(0.2)
     assert victim is not None, "rank 2 never started"
     time.sleep(1.0)
-    os.kill(victim, signal.SIGKILL)
-    _, err = proc.communicate(timeout=120)
-    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
-    assert proc.returncode != 0 and len(errors) == 1, err
-    assert "mpi: rank 2 on h2 failed" in errors[0], errors[0]
+    line, _ = killed_run_error(proc, victim)
+    assert "mpi: rank 2 on h2 failed" in line, line
     man = json.loads((out / "manifest.json").read_text())
     assert man["failed"] and (out / "links.csv").is_file()
     assert leftovers(man["lab"]) == {k: [] for k in leftovers(man["lab"])}
