@@ -8,7 +8,11 @@ from __future__ import annotations
 def planned_entropy_fits(scen) -> None:
     """Planned entropy steers ECMP's hash: it picks nothing where the switches do not hash a flow onto one path
     (spraying, flowlets, adaptive routing, a subnet manager's tables), nor for traffic the agents do not send."""
-    if scen.controller.entropy == "off":
+    ctl = scen.controller
+    if ctl.interval is not None and ctl.entropy != "adaptive":
+        raise ValueError(f"@controller.interval: only controller.entropy adaptive reads the ports every interval; "
+                         f"with entropy {ctl.entropy} it would do nothing")
+    if ctl.entropy == "off":
         return
     lb = scen.switch.load_balancing
     if lb != "ecmp":
@@ -21,6 +25,9 @@ def planned_entropy_fits(scen) -> None:
     if tr.engine not in ("udp", "tcp", "roce"):
         raise ValueError(f"@controller.entropy: the hosts that ask the controller are the udp, tcp and roce engines' "
                          f"agents; engine {tr.engine} does not ask")
+    if ctl.entropy == "adaptive" and tr.engine == "tcp":
+        raise ValueError("@controller.entropy: adaptive moves flows mid-flow by their source port, which a TCP "
+                         "connection cannot change (use plan, or the udp or roce engine)")
     if tr.engine == "roce" and tr.roce.entropy != "qp":
         raise ValueError(f"@controller.entropy: a planned flow keeps one source port; traffic.roce.entropy "
                          f"{tr.roce.entropy} sprays its packets over several")

@@ -51,6 +51,7 @@ class PathModel:
         self.seed = {sw: hashing.switch_seed(hash_seed, topo.switch_ids[sw]) for sw in topo.switches}
         self.fields = hashing.hash_mask(hash_fields)
         self.down = down                 # ifindexes whose link is down: groups skip them (fast failover)
+        self.rates: dict[int, float] = {}   # ifindex → its rate now, where it differs from the topology's
 
     def path(self, f: PlanFlow, sport: int) -> tuple[int, ...]:
         nic = self.topo.port_named(f.src, f"eth{f.rail}")
@@ -71,7 +72,8 @@ class PathModel:
         raise ValueError(f"{f.src} → {f.daddr}: no host within 16 hops")
 
     def capacity(self, ifindex: int) -> float:
-        return float(self.topo.port(ifindex).rate_bps)
+        """The port's rate now (bit/s): a failure's rate change, else the link's."""
+        return float(self.rates.get(ifindex) or self.topo.port(ifindex).rate_bps)
 
 
 @dataclass
@@ -99,7 +101,8 @@ class Planner:
         shared = sum(1 for p in path if self.users.get(p))
         return max(util), shared, sum(util)
 
-    def _take(self, f: PlanFlow, sport: int, path: tuple[int, ...]) -> None:
+    def take(self, f: PlanFlow, sport: int, path: tuple[int, ...]) -> None:
+        """Put ``f`` on ``path`` (reached from ``sport``), adding its rate to each link."""
         for p in path:
             self.load[p] = self.load.get(p, 0.0) + f.rate_bps
             self.users.setdefault(p, set()).add(f.key)
@@ -120,7 +123,7 @@ class Planner:
         self.release(f.key)
         cands = cands or self.candidates(f)
         path = min(cands, key=lambda p: (self._cost(f, p), cands[p]))
-        self._take(f, cands[path], path)
+        self.take(f, cands[path], path)
         return cands[path]
 
     def shared_links(self) -> int:
@@ -151,13 +154,13 @@ class Planner:
             self.release(key)
             free = [p for p in cands[key] if self._free(p)]
             if free:
-                self._take(f, cands[key][free[0]], free[0])
+                self.take(f, cands[key][free[0]], free[0])
                 moved = True
                 continue
             if self._augment(f, cands):
                 moved = True
                 continue
-            self._take(f, sport, path)
+            self.take(f, sport, path)
         return moved
 
     def _augment(self, f: PlanFlow, cands: dict) -> bool:
@@ -171,8 +174,8 @@ class Planner:
             self.release(other)
             alt = [p for p in cands[other] if p != o_path and self._free(p) and not set(p) & set(path)]
             if alt:
-                self._take(f, sport, path)
-                self._take(o, cands[other][alt[0]], alt[0])
+                self.take(f, sport, path)
+                self.take(o, cands[other][alt[0]], alt[0])
                 return True
-            self._take(o, o_sport, o_path)
+            self.take(o, o_sport, o_path)
         return False

@@ -282,6 +282,30 @@ def controller_section(scen, got: Collected, traffic: Traffic) -> dict | None:
     return dict(res, entropy=scen.controller.entropy, fallbacks=len(own), fallback_flows=own[:50])
 
 
+def controller_ports(ctl: dict | None) -> dict[int, set[int]]:
+    """flow_id → every source port the fabric controller gave the flow (controller.csv's ``new``)."""
+    out: dict[int, set[int]] = {}
+    for r in (ctl or {}).get("rows") or []:
+        out.setdefault(int(r["flow"]), set()).add(int(r["new"]))
+    return out
+
+
+def controller_reaction_ms(applied: list[dict], replanned_at: list[float] | None) -> float | None:
+    """The slowest of the adaptive controller's reactions to the failures (ms): from each failure's application
+    (the scheduler's clock) to the first tick that saw the ports change and re-planned. None without failures;
+    NaN when a failure was never seen."""
+    if not applied:
+        return None
+    seen = sorted(replanned_at or [])
+    worst = 0.0
+    for a in applied:
+        after = [t for t in seen if t >= a["applied"]]
+        if not after:
+            return float("nan")
+        worst = max(worst, (after[0] - a["applied"]) * 1e3)
+    return worst
+
+
 def manifest(scen, run_id: str, source: str, caps: dict, started: float, ended: float, be: Backend,
              got: Collected, traffic: Traffic, failures: list[str], degraded: list[str], origin: float) -> dict:
     """manifest.json: the same keys from every back end (its own sections added: ``cluster``)."""
@@ -376,11 +400,14 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
         rows = (got.controller or {}).get("rows") or []
         meta["controller_replans"] = sum(1 for r in rows if r.get("reason") != "start")
         meta["planned_shared_links"] = (got.controller or {}).get("planned_shared_links")
+        if scen.controller.entropy == "adaptive" and scen.failures:
+            meta["controller_reaction_ms_max"] = controller_reaction_ms(
+                (got.helpers.get("scheduler") or {}).get("applied", []), (got.controller or {}).get("replanned_at"))
     if "mpi" in traffic.info:
         meta["tcp_retransmits"] = traffic.info["mpi"]["tcp_retransmits"]    # the ranks' hosts' TCP resends
     if scen.dilation > 1:
         meta["time_dilation"] = scen.dilation       # results gain real-unit columns (dilation.py)
-    used = paths_used(topo, got.flow_paths, traffic.flows)
+    used = paths_used(topo, got.flow_paths, traffic.flows, controller_ports(got.controller))
     pfc_agent = man["qos"]["pfc_agent"]
     cpu = dict(got.cpu, pfc_late=pfc_agent["late"]) if pfc_agent else got.cpu   # the guard judges it too
     row = report.write_run(outdir, man, got.rows, flow_rows(topo, traffic, used, scen.packet_size), cpu, meta,

@@ -86,7 +86,7 @@ class LocalBackend(Backend):
             from ..controller.service import FabricController
             from ..workloads import plan
             flows = plan(scen.traffic, lab.topo, scen.seed, scen.duration / 1e9)
-            self.fabric_controller = FabricController(lab.topo, scen, lab.name, flows, origin)
+            self.fabric_controller = FabricController(lab.topo, scen, lab.name, flows, origin, lab.datapath)
             self.fabric_controller.on_fork = lab.recorder("fabric-controller")
             self.fabric_controller.start()
         if scen.switch.load_balancing == "wcmp" and scen.switch.wcmp.source != "static":
@@ -114,7 +114,8 @@ class LocalBackend(Backend):
     def traffic_kw(self) -> dict:
         ctrs, fc = self.lab.containers, self.fabric_controller
         return {"containers": ctrs.containers if ctrs is not None else None,
-                "controller": ({"path": str(fc.path), "timeout_s": self.scen.controller.timeout / 1e9}
+                "controller": ({"path": str(fc.path), "timeout_s": self.scen.controller.timeout / 1e9,
+                                "adaptive": self.scen.controller.entropy == "adaptive"}
                                if fc is not None else None)}
 
     def failures_go(self, t0: float) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from ..topology import Topology
 
 
-def paths_used(topo: Topology, flow_paths, flows) -> dict[int, int]:
-    """flow_id → number of distinct uplinks its packets crossed at its source leaf (0 for same-leaf flows)."""
+def paths_used(topo: Topology, flow_paths, flows, moved: dict[int, set[int]] | None = None) -> dict[int, int]:
+    """flow_id → number of distinct uplinks its packets crossed at its source leaf (0 for same-leaf flows).
+    ``moved``: flow_id → the source ports the fabric controller gave it (instead of its own)."""
     egress: dict[tuple, set[int]] = {}
     for fp in flow_paths:
         used = {ifx for ifx, n in fp.packets.items() if n > 0}
@@ -22,7 +23,7 @@ def paths_used(topo: Topology, flow_paths, flows) -> dict[int, int]:
             out[f.flow_id] = 0                 # never leaves its leaf
             continue
         ports: set[int] = set()
-        for sport in f.source_ports():
+        for sport in (moved or {}).get(f.flow_id) or f.source_ports():
             ports |= egress.get((leaf, f.src_addr, f.dst_addr, sport, f.dport, f.ip_proto), set())
         out[f.flow_id] = len(ports)
     return out

@@ -223,7 +223,12 @@ class Announcer:
             self.sock.close()
 
 
-def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None = None) -> None:
+def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None = None, steering=None,
+         ctl_path: str | None = None) -> None:
+    """The send loop: start each flow at its time, pump the ready senders, wait on timers and sockets. ``gate``:
+    flows released by others' completion (gating.py). ``steering``: the fabric controller's moves (adaptive
+    entropy, controller_channel.Steering), handed to the flow's sender; a flow that ends is reported to
+    ``ctl_path`` so that the controller frees its links."""
     gated = set(gate.by_id.values()) if gate is not None else set()
     starts = [(t0 + s.flow["start_s"], i, s) for i, s in enumerate(senders) if s not in gated]
     heapq.heapify(starts)
@@ -238,6 +243,9 @@ def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None 
     listening = gate is not None
     if listening:
         poller.register(gate.fd, POLLIN)
+    by_id = {s.flow["flow_id"]: s for s in senders}
+    if steering is not None:
+        poller.register(steering.fileno(), POLLIN)
     while alive:
         now = time.time()
         while starts and starts[0][0] <= now:
@@ -268,10 +276,12 @@ def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None 
                 poller.register(fd, POLLOUT if status == WAIT_WRITE else POLLIN)
             elif status == DONE:
                 alive -= 1
+                if steering is not None:
+                    steering.end(ctl_path, [s.flow["flow_id"]])
         ready = again
         if not alive:
             break
-        if ready and not waiting and not listening:
+        if ready and not waiting and not listening and steering is None:
             continue
         now = time.time()
         wake = give_up if past_deadline else deadline
@@ -280,8 +290,14 @@ def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None 
         if starts:
             wake = min(wake, starts[0][0])
         timeout = 0.0 if ready else max(0.0, wake - now)
-        if waiting or listening:
+        if waiting or listening or steering is not None:
             for fd, _ev in poller.poll(_poll_ms(timeout)):
+                if steering is not None and fd == steering.fileno():
+                    for fid, sport, _why in steering.read():
+                        s = by_id.get(fid)
+                        if s is not None and not s.done:
+                            s.steer(sport)
+                    continue
                 if listening and fd == gate.fd:
                     for at, s in gate.read():
                         order += 1
@@ -340,12 +356,16 @@ def run_job(job: dict) -> dict:
             st.timeline_on(t0, float(job["timeline_bin_s"]))
     bound_at = time.time()
     ctl = job.get("controller")
+    steering = None
     if ctl and job["send"]:                   # the fabric controller picks the source ports (controller_channel)
         from .controller_channel import ask
-        got = ask(ctl["path"], job["send"], float(ctl["timeout_s"]), str(job.get("host")))
+        if ctl.get("adaptive"):               # … and may move them mid-flow: the asking socket stays open
+            got, steering = ask(ctl["path"], job["send"], float(ctl["timeout_s"]), str(job.get("host")), keep=True)
+        else:
+            got = ask(ctl["path"], job["send"], float(ctl["timeout_s"]), str(job.get("host")))
         for f in job["send"]:
             f["entropy_from"] = "controller" if f["flow_id"] in got else "own"
-            f["sport"] = got.get(f["flow_id"], f["sport"])
+            f["sport"] = f["entropy_first"] = got.get(f["flow_id"], f["sport"])
     senders = []
     for f in job["send"]:
         try:
@@ -366,7 +386,11 @@ def run_job(job: dict) -> dict:
         delay = t0 - time.time()
         if delay > 0:
             time.sleep(delay)
-        send(senders, t0, deadline, give_up, gate)
+        try:
+            send(senders, t0, deadline, give_up, gate, steering, ctl["path"] if ctl else None)
+        finally:
+            if steering is not None:
+                steering.close()
     if gate is not None:
         gate.close()
     if rx is not None:
@@ -378,7 +402,10 @@ def run_job(job: dict) -> dict:
         "t0": t0,
         "bound_at": bound_at,
         "send": {str(s.flow["flow_id"]): dict(s.stats(), sport=s.flow["sport"],
-                                              entropy_from=s.flow.get("entropy_from")) for s in senders},
+                                              entropy_from=s.flow.get("entropy_from"),
+                                              entropy_first=s.flow.get("entropy_first"),
+                                              entropy_changes=s.flow.get("entropy_changes", 0))
+                 for s in senders},
         "recv": {str(st.flow_id): _rx_result(st) for st in states},
         "unknown_packets": rx_result.get("unknown", 0),
     }

@@ -60,9 +60,10 @@ class FlowResult:
     int_echoes: Optional[int] = None   # hpcc: ACKs that brought INT hop records back to the sender
     spurious_retransmits: Optional[int] = None   # RoCE: copies of PSNs the receiver had accepted (resent in vain)
     jitter_ms: Optional[float] = None  # iperf3 UDP: its receiver's jitter (RFC 3550 smoothed interarrival)
-    entropy: Optional[int] = None      # the source port the flow was sent from (the fabric controller's, or own)
+    entropy: Optional[int] = None      # the source port the flow started from (the fabric controller's, or own)
     entropy_from: Optional[str] = None   # "controller" | "own" (no answer in time) when a controller runs
     entropy_changes: Optional[int] = None   # times the controller moved it to another port mid-flow
+    entropy_last: Optional[int] = None   # the source port it ended on (= entropy without a move)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -92,8 +93,9 @@ def flow_result(f: Flow, t0: float, tx: dict, rx: dict) -> FlowResult:
         got = rx.get("packets")
         r = _roce_result(f, t0, tx, rx, start, end, received, complete, fct, goodput, sent, got)
         if tx.get("entropy_from") is not None:
-            r.sport = r.entropy = tx.get("sport", f.sport)
-            r.entropy_from, r.entropy_changes = tx["entropy_from"], 0
+            r.sport = r.entropy = tx.get("entropy_first") or tx.get("sport", f.sport)
+            r.entropy_from, r.entropy_changes = tx["entropy_from"], int(tx.get("entropy_changes") or 0)
+            r.entropy_last = tx.get("sport", r.entropy)
         return r
     sent = tx.get("packets_sent")
     got = rx.get("packets")
@@ -103,10 +105,12 @@ def flow_result(f: Flow, t0: float, tx: dict, rx: dict) -> FlowResult:
         return None if x is None else x * 1e3
 
     ctl = tx.get("entropy_from") is not None
+    first = tx.get("entropy_first") or tx.get("sport", f.sport)
     return FlowResult(
-        flow_id=f.flow_id, src=f.src, dst=f.dst, sport=tx.get("sport", f.sport), dport=f.dport, proto=f.proto,
-        entropy=tx.get("sport", f.sport) if ctl else None, entropy_from=tx.get("entropy_from"),
-        entropy_changes=0 if ctl else None,
+        flow_id=f.flow_id, src=f.src, dst=f.dst, sport=first, dport=f.dport, proto=f.proto,
+        entropy=first if ctl else None, entropy_from=tx.get("entropy_from"),
+        entropy_changes=int(tx.get("entropy_changes") or 0) if ctl else None,
+        entropy_last=tx.get("sport", first) if ctl else None,
         bytes=received, packets_sent=sent if udp else None, packets_received=got if udp else None, lost=lost,
         start_s=start, end_s=end, fct_s=fct, goodput_mbps=goodput, rate_bps=f.rate_bps, size_bytes=f.size_bytes,
         rail=f.rail, engine=f.engine, complete=complete, reordered=rx.get("reordered"),

@@ -41,14 +41,9 @@ class UdpSender:
         self.pmax = udp_payload_max(job["packet_size"])
         self.deadline = job["t0"] + job["duration_s"]
         self.remaining = flow["size_bytes"]
-        s = self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        _reuse(s)
-        if job.get("sndbuf_each"):
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(4096, job["sndbuf_each"] // 2))
-        _tos(s, flow)
-        s.bind((flow["src_addr"], flow["sport"]))
-        s.connect((flow["dst_addr"], flow["dport"]))
-        s.setblocking(False)
+        self.sndbuf = job.get("sndbuf_each")
+        self.sock = self._socket(flow["sport"])
+        self.next_sport = None                  # a move the fabric controller asked for (steer)
         self.buf = bytearray(self.pmax)
         self.mv = memoryview(self.buf)
         self.seq = 0
@@ -60,12 +55,47 @@ class UdpSender:
         self.error = None
         self.done = False
 
+    def _socket(self, sport: int) -> socket.socket:
+        flow = self.flow
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            _reuse(s)
+            if self.sndbuf:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(4096, self.sndbuf // 2))
+            _tos(s, flow)
+            s.bind((flow["src_addr"], sport))
+            s.connect((flow["dst_addr"], flow["dport"]))
+        except OSError:
+            s.close()
+            raise
+        s.setblocking(False)
+        return s
+
     def fileno(self) -> int:
         return self.sock.fileno()
 
     def begin(self, now: float) -> None:
         self.send_start = now
         self.pacer = Pacer(self.flow["rate_bps"], now)
+
+    def steer(self, sport: int) -> None:
+        """Send from ``sport`` from the next burst on (the fabric controller moved the flow: another ECMP
+        path). The receiver knows a flow by its destination port and header, so nothing else changes."""
+        self.next_sport = sport
+
+    def _move(self) -> None:
+        sport, self.next_sport = self.next_sport, None
+        if sport == self.flow["sport"]:
+            return
+        try:
+            new = self._socket(sport)
+        except OSError:
+            self.flow["entropy_refused"] = self.flow.get("entropy_refused", 0) + 1   # port taken: stays put
+            return
+        self.sock.close()
+        self.sock = new
+        self.flow["sport"] = sport
+        self.flow["entropy_changes"] = self.flow.get("entropy_changes", 0) + 1
 
     def abort(self, reason: str) -> None:
         self.error = self.error or reason
@@ -89,6 +119,8 @@ class UdpSender:
         return DONE, None
 
     def pump(self, now: float):
+        if self.next_sport is not None:
+            self._move()
         if self.send_end is not None:
             return self._send_ends()
         rem = self.remaining

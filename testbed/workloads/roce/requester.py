@@ -140,6 +140,7 @@ class Requester:
         self.sport = min(flow["sport"], 65535 - self.n_ent + 1)
         self.batch = max(1, min(int(o.get("batch") or 1), 32))
         self.tos = (dscp << 2) | w.ECT0
+        self.sndbuf_each = job.get("sndbuf_each")
         # HPCC: an empty INT stack before every data packet's BTH (every switch adds its record; wire.py)
         hops = int(o.get("int_hops") or 0)
         self.int_stack = w.int_host_stack(hops, self.tos) if hops else b""
@@ -158,10 +159,9 @@ class Requester:
         else:
             # one UDP socket (the source port is the socket's); see wire.data_socket
             self.bs = None
-            self.socks = [w.data_socket(flow["src_addr"], self.sport,
-                                        tos=self.tos | (w.INT_DSCP_BIT if self.int_stack else 0),
-                                        sndbuf=job.get("sndbuf_each"), gso=self.batch > 1, prio=flow.get("prio"))]
+            self.socks = [self._data_socket(self.sport)]
             self.sock = self.socks[0]                # the one to poll for writability
+        self.next_sport = None                          # a move the fabric controller asked for (steer)
         self.ce_cmsg = [(socket.IPPROTO_IP, IP_TOS, struct.pack(
             "i", (dscp << 2) | w.CE | (w.INT_DSCP_BIT if self.int_stack else 0)))]
         self.rto = float(o.get("rto_s", 0.01))
@@ -204,8 +204,35 @@ class Requester:
         self.last_nak = -1
         self.ep.req[req_qpn(self.fid)] = self
 
+    def _data_socket(self, sport: int):
+        return w.data_socket(self.flow["src_addr"], sport, tos=self.tos | (w.INT_DSCP_BIT if self.int_stack else 0),
+                             sndbuf=self.sndbuf_each, gso=self.batch > 1, prio=self.flow.get("prio"))
+
     def fileno(self) -> int:
         return self.sock.fileno()
+
+    def steer(self, sport: int) -> None:
+        """The QP's UDP source port becomes ``sport`` from the next burst on, as a RoCEv2 NIC may change it
+        mid-flow (the fabric controller moved the flow to another ECMP path). ACKs come to the endpoint's port
+        and the responder knows the QP by its number: only the path changes — packets in flight on the old one
+        may arrive after the first of the new (with ``receiver: ooo`` nothing is lost to that)."""
+        if self.bs is None:
+            self.next_sport = sport
+
+    def _move(self) -> None:
+        sport, self.next_sport = self.next_sport, None
+        if sport == self.sport:
+            return
+        try:
+            new = self._data_socket(sport)
+        except OSError:
+            self.flow["entropy_refused"] = self.flow.get("entropy_refused", 0) + 1
+            return
+        old, self.socks[0] = self.socks[0], new
+        self.sock = new
+        old.close()
+        self.sport = self.flow["sport"] = sport
+        self.flow["entropy_changes"] = self.flow.get("entropy_changes", 0) + 1
 
     def begin(self, now: float) -> None:
         self.send_start = now
@@ -338,6 +365,8 @@ class Requester:
         return DONE, None
 
     def pump(self, now: float):
+        if self.next_sport is not None:
+            self._move()
         ep = self.ep
         ep.drain(64)
         with ep.lock:
