@@ -60,7 +60,7 @@ done
 [ "$built" = 1 ] || fail "the VM image could not be built, twice ($(why "$out" "$rc" "$BUILD_TIMEOUT"))"
 t1=$SECONDS
 
-timeout --kill-after=30 "$TEST_TIMEOUT" "$PY" -m testbed.cli vm test --timeout $((TEST_TIMEOUT - 60)) tests -rsP
+timeout --kill-after=30 "$TEST_TIMEOUT" "$PY" -m testbed.cli vm test --timeout $((TEST_TIMEOUT - 60)) tests -rsP --durations=10
 guest_rc=$?
 t2=$SECONDS
 

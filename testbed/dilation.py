@@ -88,8 +88,13 @@ def auto_factor(doc: dict, cores: int, per_core: float | None = None) -> int:
     from .topology import build
     from .topology.spec import TopologySpec
     topo = TopologySpec.model_validate((doc or {}).get("topology") or {})
-    traffic = (doc or {}).get("traffic") or {}
-    pkt = int(traffic.get("packet_size") or topo.mtu)
+    traffic = (doc or {}).get("traffic")
+    traffic = traffic if isinstance(traffic, dict) else {}     # not a mapping: the validation after says so
+    try:
+        pkt = int(traffic.get("packet_size") or topo.mtu)
+    except (TypeError, ValueError):
+        raise DilationError(f"traffic.packet_size: a whole number of bytes, got {traffic.get('packet_size')!r} "
+                            f"(time_dilation auto reads it)") from None
     pps = len(build(topo).hosts) * topo.rails * topo.host_link.rate / (8 * pkt)
     if per_core is None:
         per_core = budget(traffic.get("engine", "udp"))[0]

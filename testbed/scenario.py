@@ -702,7 +702,8 @@ def _emulated(doc: dict, filled) -> Scenario:
     td, n, budget = doc["time_dilation"], None, None
     try:
         if td == "auto":
-            per_core, source = dilation.budget(((doc.get("traffic") or {}).get("engine")) or "udp")
+            tr = doc.get("traffic")                 # (a traffic that is not a mapping fails validation below)
+            per_core, source = dilation.budget((tr.get("engine") if isinstance(tr, dict) else None) or "udp")
             n = dilation.auto_factor(doc, os.cpu_count() or 1, per_core)
             budget = {"pps_per_core": per_core, "source": source}
         elif isinstance(td, int) and not isinstance(td, bool) and 1 <= td <= 1_000_000:

@@ -259,10 +259,14 @@ def test_entropy_modes_default_their_values_and_refuse_nonsense():
     ({"traffic": {"bad key": 1}}, "traffic.'bad key': unknown key"),
     ({"time_dilation": "auto", "topology": {"spines": 0}},
      "topology.spines: must be ≥ 1, got 0 (time_dilation auto reads it)"),
+    ({"time_dilation": "auto", "traffic": 1},
+     "traffic: Input should be a valid dictionary or instance of TrafficSpec, got 1 (with time_dilation "),
+    ({"time_dilation": "auto", "traffic": {"packet_size": "x"}},
+     "traffic.packet_size: a whole number of bytes, got 'x' (time_dilation auto reads it)"),
 ])
 def test_what_the_fuzzer_found_is_one_line(doc, line):
     """Found by tests/scenario/test_scenario_fuzz.py: a key with a newline made a two-line message, and time_dilation auto
-    over a wrong topology raised a traceback."""
+    over a wrong topology, or a traffic that is not a mapping, raised a traceback."""
     with pytest.raises(scenario.ScenarioError) as e:
         scenario.from_dict(doc)
-    assert str(e.value) == line
+    assert str(e.value).startswith(line) and "\n" not in str(e.value)   # (auto's factor: this machine's)
