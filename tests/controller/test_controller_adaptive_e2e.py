@@ -6,7 +6,9 @@ The test plans the run as the controller will (the same pure planner, seeds and 
 uplink flow 0 gets, and the failure schedule slows that very link to a quarter of its rate 1 s into the
 traffic. Planned only, flow 0 stays on it; adaptive, the controller moves it within 3 intervals (controller.csv
 reason load), flows.csv counts the move, and flow 0 delivers far more. A link that goes down under adaptive
-entropy is left within one interval of the tick that saw it (reason failure, controller_reaction_ms_max)."""
+entropy is left within two intervals of its failure: the fabric's own detection (the link-state watcher marks
+the ports down, a few ms) and the controller's next tick (reason failure, controller_reaction_ms_max). Seen
+here at a 10 ms interval: moves 18–21 ms after the slowdown, reactions 11.7–17.5 ms; the test runs at 20 ms."""
 from __future__ import annotations
 
 import pandas as pd
@@ -21,7 +23,11 @@ from conftest import guarded_run
 
 pytestmark = pytest.mark.e2e
 
-INTERVAL_MS = 10
+INTERVAL_MS = 20
+
+
+ROCE = {"engine": "roce", "pattern": "pairs", "pairs": [["h0", "h2"], ["h1", "h3"]], "rate": "9mbit",
+        "receiver": "ooo"}
 
 
 def _doc(**extra) -> dict:
@@ -47,8 +53,11 @@ def _planned_spine(doc: dict, key: int = 0) -> str:
     return topo.port(pl.chosen[key][1][1]).peer_node
 
 
-def test_a_slowed_uplink_loses_its_flow_within_three_intervals(tmp_path):
-    base = _doc()
+@pytest.mark.parametrize("engine", ["udp", "roce"])
+def test_a_slowed_uplink_loses_its_flow_within_three_intervals(tmp_path, engine):
+    """udp: the sender moves to a new socket; roce: the QP's UDP source port changes mid-flow (receiver ooo: the
+    packets still on the slow path arrive late, none is resent)."""
+    base = _doc(**({"traffic": ROCE} if engine == "roce" else {}))
     spine = _planned_spine(dict(base, controller={"entropy": "plan"}))
     slow = [{"at": "1s", "link": ["leaf0", spine], "rate": "2500kbit"}]
     pd_dir, planned = guarded_run(scenario.from_dict(dict(base, controller={"entropy": "plan"}, failures=slow)),
@@ -61,15 +70,17 @@ def test_a_slowed_uplink_loses_its_flow_within_three_intervals(tmp_path):
     rows = pd.read_csv(d / "controller.csv")
     applied = pd.read_csv(d / "failures.csv")["time_s"].iloc[0]
     moves = rows[rows["reason"] != "start"]
-    print(f"\n[adaptive] flow 0 planned via {spine}; moves {moves.to_dict('records')}; failure applied at "
+    print(f"\n[adaptive {engine}] flow 0 planned via {spine}; moves {moves.to_dict('records')}; failure applied at "
           f"{applied:.3f} s; flow 0 goodput plan {pflows.loc[0, 'goodput_mbps']:.2f}, adaptive "
           f"{flows.loc[0, 'goodput_mbps']:.2f} Mbit/s")
     assert planned["controller_replans"] == 0 and pflows.loc[0, "entropy_changes"] == 0
     assert list(moves["flow"]) == [0] and list(moves["reason"]) == ["load"]
-    assert 0 <= moves["time_s"].iloc[0] - applied <= 3 * INTERVAL_MS / 1e3 + 0.005
+    assert 0 <= moves["time_s"].iloc[0] - applied <= 3 * INTERVAL_MS / 1e3
     assert flows.loc[0, "entropy_changes"] == 1 and flows.loc[0, "entropy_last"] == moves["new"].iloc[0]
     assert flows.loc[0, "entropy_last"] != flows.loc[0, "entropy"] and row["controller_replans"] == 1
     assert flows.loc[0, "goodput_mbps"] >= 1.4 * pflows.loc[0, "goodput_mbps"]
+    if engine == "roce":
+        assert flows.loc[0, "retrans"] == 0
 
 
 def test_a_failed_uplink_is_left_within_one_interval(tmp_path):
