@@ -83,7 +83,7 @@ def test_a_slowed_uplink_loses_its_flow_within_three_intervals(tmp_path, engine)
         assert flows.loc[0, "retrans"] == 0
 
 
-def test_a_failed_uplink_is_left_within_one_interval(tmp_path):
+def test_a_failed_uplink_is_left_within_two_intervals(tmp_path):
     base = _doc()
     spine = _planned_spine(dict(base, controller={"entropy": "plan"}))
     down = [{"at": "1s", "link": ["leaf0", spine], "state": "down"}]
@@ -95,6 +95,8 @@ def test_a_failed_uplink_is_left_within_one_interval(tmp_path):
     moves = rows[rows["reason"] != "start"]
     print(f"\n[adaptive failure] via {spine}: moves {moves.to_dict('records')}, reaction "
           f"{row['controller_reaction_ms_max']:.1f} ms, flow 0 lost {flows.loc[0, 'lost']}")
-    assert list(moves["flow"]) == [0] and list(moves["reason"]) == ["failure"]
+    # the two ends of the link are marked down by their switches' watchers, not always within one tick: a second
+    # tick that sees the other end may move the flow once more (seen: 2 moves 18 ms apart)
+    assert set(moves["flow"]) == {0} and set(moves["reason"]) == {"failure"} and 1 <= len(moves) <= 2
     assert row["controller_reaction_ms_max"] <= 2 * INTERVAL_MS
-    assert flows.loc[0, "entropy_changes"] == 1
+    assert flows.loc[0, "entropy_changes"] == len(moves) and flows.loc[0, "entropy_last"] == moves["new"].iloc[-1]
