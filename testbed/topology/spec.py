@@ -84,9 +84,10 @@ class TopologySpec(Strict):
         of other kinds stay None (and are refused when given)."""
         if not isinstance(data, dict):
             return data
-        own = _KIND_KEYS.get(data.get("kind", "leaf-spine"))
+        kind = data.get("kind", "leaf-spine")
+        own = _KIND_KEYS.get(kind) if isinstance(kind, str) else None
         if own is None:
-            return data                   # an unknown kind: the field says so
+            return data                   # an unknown kind, or not a name: the field says so
         data = dict(data)
         for key, value in own.items():
             if data.get(key) is None:

@@ -261,6 +261,7 @@ def test_entropy_modes_default_their_values_and_refuse_nonsense():
      "topology.spines: must be ≥ 1, got 0 (time_dilation auto reads it)"),
     ({"time_dilation": "auto", "traffic": 1},
      "traffic: Input should be a valid dictionary or instance of TrafficSpec, got 1 (with time_dilation "),
+    ({"topology": {"kind": []}}, "topology.kind: Input should be "),
     ({"time_dilation": "auto", "traffic": {"packet_size": "x"}},
      "traffic.packet_size: a whole number of bytes, got 'x' (time_dilation auto reads it)"),
 ])
