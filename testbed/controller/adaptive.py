@@ -88,9 +88,11 @@ class Adapter:
         return out
 
     # -- load and queues
-    def _util(self, path: tuple[int, ...], extra: dict[int, float]) -> float:
+    def _util(self, path: tuple[int, ...], extra: dict[int, float], add: float = 0.0) -> float:
+        """The path's busiest link's utilisation: its planned load, plus ``extra`` (queueing links counted full)
+        and ``add`` (a flow being tried there)."""
         pl = self.planner
-        return max((pl.load.get(p, 0.0) + extra.get(p, 0.0)) / pl.model.capacity(p) for p in path)
+        return max((pl.load.get(p, 0.0) + extra.get(p, 0.0) + add) / pl.model.capacity(p) for p in path)
 
     def _relieve(self, queues: dict[int, int]) -> list[tuple[int, int, str]]:
         pl, topo = self.planner, self.planner.model.topo
@@ -100,7 +102,7 @@ class Adapter:
         queued = {p for p, q in queues.items() if pl.users.get(p) and p not in over
                   and q > QUEUE_SHARE * topo.port(p).buffer_bytes}
         # a queueing link counts as full: what it would take to fill it on top of its plan
-        extra = {p: max(0.0, pl.model.capacity(p) - pl.load.get(p, 0.0)) for p in queued}
+        extra = {p: max(0.0, cap(p) - pl.load.get(p, 0.0)) for p in queued}
         out = []
         for hot, reason in [(p, "load") for p in sorted(over)] + [(p, "queue") for p in sorted(queued)]:
             users = sorted(pl.users.get(hot, ()), key=lambda k: (-self.flows[k].rate_bps if k in self.flows else 0, k))
@@ -111,15 +113,11 @@ class Adapter:
                 worst = self._util(path, extra)
                 pl.release(key)
                 cands = self._candidates(f)
-                best = min(cands, key=lambda p: (self._util_with(p, f, extra), cands[p]))
-                if best != path and self._util_with(best, f, extra) < worst * (1 - GAIN):
+                best = min(cands, key=lambda p: (self._util(p, extra, f.rate_bps), cands[p]))
+                if best != path and self._util(best, extra, f.rate_bps) < worst * (1 - GAIN):
                     pl.take(f, cands[best], best)
                     self.held[key] = self.tick_no + HOLD
                     out.append((key, cands[best], reason))
                     break                                   # one flow off each hot link per tick
                 pl.take(f, sport, path)
         return out
-
-    def _util_with(self, path: tuple[int, ...], f: PlanFlow, extra: dict[int, float]) -> float:
-        pl = self.planner
-        return max((pl.load.get(p, 0.0) + extra.get(p, 0.0) + f.rate_bps) / pl.model.capacity(p) for p in path)

@@ -107,7 +107,7 @@ def _serve(o: FabricController, sock: socket.socket, wfd: int, ready) -> None:
     while not stop:
         now = time.monotonic()
         if now >= next_tick:
-            moves = _tick(o.datapath, adapter, planner, stats)
+            moves = _tick(o.datapath, adapter, stats)
             next_tick = max(next_tick + interval, time.monotonic() + interval / 2)
             for fid, sport, reason in moves:
                 rows.append({"time_s": time.time() - o.origin, "flow": fid, "old": None, "new": sport,
@@ -162,13 +162,13 @@ def _send(sock: socket.socket, data: bytes, addr) -> bool:
         return False
 
 
-def _tick(dp, adapter, planner: Planner, stats: dict) -> list[tuple[int, int, str]]:
+def _tick(dp, adapter, stats: dict) -> list[tuple[int, int, str]]:
     """One adaptive step: the datapath's readings (only the ports the plan uses are asked for their queues:
     each map read costs CPU the traffic needs), then the adapter's moves."""
     t = time.monotonic()
     down = dp.ports_down()
     rates = dp.port_rates()
-    used = [p for p, u in planner.users.items() if u and p in rates]
+    used = [p for p, u in adapter.planner.users.items() if u and p in rates]
     queues = {p: dp.queue_depth(p) for p in used}
     moves = adapter.tick(down, rates, queues)
     if adapter.changed:                              # the instants it saw the fabric's ports change

@@ -229,7 +229,7 @@ def degradations(scen, topo, got: Collected, traffic: Traffic) -> list[str]:
     out += routing_degradations(scen, got.helpers.get("routing") or {}, got.helpers.get("scheduler") or {})
     out += traffic.info.get("agent_problems", [])
     out += (traffic.info.get("mpi") or {}).get("degradations", [])
-    own = [r.flow_id for r in traffic.results if getattr(r, "entropy_from", None) == "own"]
+    own = own_port_flows(traffic)
     if own:
         out.append(f"controller: {len(own)} flow(s) got no answer from the fabric controller within "
                    f"{scen.controller.timeout / 1e6:g} ms and kept their own source port (e.g. flow {own[0]})")
@@ -272,13 +272,18 @@ def sm_rows(topo, rt: dict, origin: float) -> list[dict] | None:
     return rows
 
 
+def own_port_flows(traffic: Traffic) -> list[int]:
+    """The flows whose host got no answer from the fabric controller in time (they kept their own port)."""
+    return sorted(r.flow_id for r in traffic.results if getattr(r, "entropy_from", None) == "own")
+
+
 def controller_section(scen, got: Collected, traffic: Traffic) -> dict | None:
     """The fabric controller's account (controller.entropy plan): what it planned and answered, and the flows
     whose host got no answer in time (they kept their own port)."""
     if scen.controller.entropy == "off":
         return None
     res = {k: v for k, v in (got.controller or {}).items() if k != "rows"}
-    own = sorted(r.flow_id for r in traffic.results if getattr(r, "entropy_from", None) == "own")
+    own = own_port_flows(traffic)
     return dict(res, entropy=scen.controller.entropy, fallbacks=len(own), fallback_flows=own[:50])
 
 

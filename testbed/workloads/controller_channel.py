@@ -51,9 +51,7 @@ class Steering:
         while True:
             try:
                 data = self.sock.recv(4096)
-            except (BlockingIOError, InterruptedError):
-                return out
-            except OSError:
+            except OSError:                    # nothing more now (BlockingIOError), or the socket is gone
                 return out
             try:
                 msg = json.loads(data)
