@@ -412,7 +412,7 @@ def schedule(scenario, out, sets):
     from .topology import build
     from .workloads import replay
     scen = _load(scenario, sets)
-    if not scen.traffic.collective:
+    if not scen.traffic.runs_collectives:
         raise UserError(f"{scenario}: no collective jobs to export (traffic.jobs, or pattern: allreduce)")
     transfers = replay.from_collectives(scen.traffic, build(scen.topology), scen.seed)
     replay.write(out, transfers)

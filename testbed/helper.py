@@ -199,3 +199,69 @@ class ForkedHelper:
             return json.loads(data.decode()).get("crashed") or "no message"
         except ValueError:
             return "no message (killed?)"
+
+
+class SocketHelper(ForkedHelper):
+    """A forked helper the hosts talk to over a Unix datagram socket at ``path`` (a file of this machine, so it
+    reaches every host namespace; mode 0600): the parent binds it, the child serves it (``serve(sock, wfd,
+    ready)``), ``stop()`` removes it. A crash is kept in ``error`` as well as raised."""
+
+    proc_name = ""                 # the child's process name (ftb-<lab>-…)
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+        self.error: str | None = None
+
+    def serve(self, sock, wfd: int, ready) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        import socket
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.unlink(missing_ok=True)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(str(self.path))
+        os.chmod(self.path, 0o600)
+        try:
+            self._fork(lambda wfd, ready: self.serve(sock, wfd, ready), self.proc_name)
+        finally:
+            sock.close()
+
+    def stop(self) -> dict:
+        try:
+            return super().stop()
+        except HelperFailed as e:
+            self.error = str(e)
+            raise
+        finally:
+            self.path.unlink(missing_ok=True)
+
+
+def next_message(sock, timeout_s: float, version: int, ops: tuple[str, ...]) -> tuple[dict | None, object]:
+    """A socket helper's next datagram, within ``timeout_s``: (the message, its sender's address) when it is a
+    JSON object of ``version`` whose ``op`` is one of ``ops``; ({}, address) when it is anything else (count it);
+    (None, None) when nothing came."""
+    try:
+        if not wait_readable([sock.fileno()], timeout_s):
+            return None, None
+        data, addr = sock.recvfrom(4096)
+    except InterruptedError:
+        return None, None
+    try:
+        msg = json.loads(data)
+        ok = isinstance(msg, dict) and msg.get("v") == version and msg.get("op") in ops
+    except ValueError:
+        ok = False
+    return (msg if ok else {}), addr
+
+
+def send_to(sock, data: bytes, addr) -> bool:
+    """Best effort: a host that asked and left since is not an error."""
+    if not addr:
+        return False
+    try:
+        sock.sendto(data, addr)
+        return True
+    except OSError:
+        return False

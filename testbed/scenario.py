@@ -21,6 +21,8 @@ from .spec_types import NodeName, Rate, ScenarioError, Size, Strict, Time, unit 
 from .datapath.int_wire import INT_HEADER_BYTES, INT_HOP_BYTES
 from .controller.spec import ControllerSpec
 from .controller import checks as controller_checks
+from .collective import checks as collective_checks
+from .collective.spec import CollectiveSpec
 from .inband.spec import IntSpec
 from .lb.plugin import PluginSpec, resolve_source as resolve_plugin
 from .lb.spec import AdaptiveSpec, DlbSpec, WcmpSpec
@@ -43,7 +45,7 @@ from .workloads.roce.cc import DcqcnConfig, EqdsConfig, HpccConfig, NsccConfig, 
 MECHANISM_CHECKS = (qos_checks.pfc_does_something, qos_checks.shared_buffer_fits, inband_checks.int_fits,
                     qos_checks.trim_can_trim, lb_checks.wcmp_source_fits, routing_checks.failures_fit,
                     workload_checks.engine_keys_apply, workload_checks.mpi_ranks_fit, workload_checks.iperf3_fits,
-                    controller_checks.planned_entropy_fits)
+                    controller_checks.planned_entropy_fits, collective_checks.adapt_fits)
 
 
 ROCE_DSCP = 26                  # AF31: the DSCP RoCE NICs mark by default
@@ -262,6 +264,7 @@ class TrafficSpec(Strict):
     size_dist: Optional[str] = None           # poisson: websearch | hadoop | alistorage | a CDF file (sizes.py)
     arrival_window: Optional[Time] = None     # poisson: flows arrive this long after `start`; None = half the rest
     replay: Optional[str] = None              # a schedule file (workloads/replay.py); then pattern/jobs unused
+    collective: CollectiveSpec = CollectiveSpec()   # collectives that read the network (testbed/collective)
     _cc_config: Any = PrivateAttr(None)
     _queues_held: bool = PrivateAttr(False)
 
@@ -360,7 +363,7 @@ class TrafficSpec(Strict):
             raise ValueError("pairs: pattern 'pairs' needs a list like [[h0, h1]]")
         if self.pattern == "allreduce" and not self.jobs and self.flow_size is None:
             raise ValueError("flow_size: pattern 'allreduce' needs the buffer size per rank in flow_size")
-        if self.engine == "rxe" and self.collective:
+        if self.engine == "rxe" and self.runs_collectives:
             raise ValueError("engine: collectives run on the built-in engines (roce, udp, tcp), not on rxe/perftest")
         if (self.receiver != "gbn" or self.cc != "none") and self.engine not in ("roce",):
             raise ValueError(f"engine: receiver/cc apply to the RoCE engine (engine: roce), got {self.engine!r}")
@@ -371,13 +374,13 @@ class TrafficSpec(Strict):
         return self
 
     @property
-    def collective(self) -> bool:
+    def runs_collectives(self) -> bool:
         return (bool(self.jobs) or self.pattern == "allreduce") and self.replay is None
 
     @property
     def scheduled(self) -> bool:
         """Runs as one dependency-driven schedule (workloads/replay.py): a replay or collective jobs."""
-        return self.replay is not None or self.collective
+        return self.replay is not None or self.runs_collectives
 
     @property
     def wire_dscp(self) -> int:

@@ -18,15 +18,13 @@ the plan put more than one flow on, 0 where paths of their own exist).
 """
 from __future__ import annotations
 
-import json
-import os
 import signal
 import socket
 import time
 from pathlib import Path
 
 from ..errors import HelperFailed
-from ..helper import ForkedHelper, wait_readable, write_result
+from ..helper import SocketHelper, next_message, send_to, write_result
 from ..fabric.netns import STATE_DIR
 from ..workloads.controller_channel import VERSION, reply
 from .planner import PathModel, PlanFlow, Planner
@@ -43,7 +41,7 @@ class ControllerFailed(HelperFailed):
     """The fabric controller died or could not report; one line naming it."""
 
 
-class FabricController(ForkedHelper):
+class FabricController(SocketHelper):
     """The parent's side: ``start()`` binds the socket and forks the controller (it plans every flow before it
     says it is ready), ``stop()`` returns its decisions."""
 
@@ -51,32 +49,13 @@ class FabricController(ForkedHelper):
     failure = ControllerFailed
 
     def __init__(self, topo, scen, lab: str, flows, origin: float, datapath=None):
-        super().__init__()
+        super().__init__(socket_path(lab))
         self.topo, self.scen, self.lab, self.flows, self.origin = topo, scen, lab, list(flows), origin
         self.datapath = datapath                # adaptive: the switch program whose maps it reads
-        self.path = socket_path(lab)
-        self.error: str | None = None
+        self.proc_name = f"ftb-{lab}-ctl"
 
-    def start(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.unlink(missing_ok=True)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        sock.bind(str(self.path))
-        os.chmod(self.path, 0o600)
-        try:
-            self._fork(lambda wfd, ready: _serve(self, sock, wfd, ready), f"ftb-{self.lab}-ctl")
-        finally:
-            sock.close()
-
-    def stop(self) -> dict:
-        """End the controller; its decisions come back with its results (raises ControllerFailed if it died)."""
-        try:
-            return super().stop()
-        except ControllerFailed as e:
-            self.error = str(e)
-            raise
-        finally:
-            self.path.unlink(missing_ok=True)
+    def serve(self, sock, wfd: int, ready) -> None:
+        _serve(self, sock, wfd, ready)
 
 
 def plan_flow(f, topo) -> PlanFlow:
@@ -112,19 +91,13 @@ def _serve(o: FabricController, sock: socket.socket, wfd: int, ready) -> None:
             for fid, sport, reason in moves:
                 rows.append({"time_s": time.time() - o.origin, "flow": fid, "old": None, "new": sport,
                              "reason": reason})
-                if not _send(sock, reply(fid, sport, reason), addrs.get(fid)):
+                if not send_to(sock, reply(fid, sport, reason), addrs.get(fid)):
                     stats["moves_unsent"] += 1
             continue
-        try:
-            if not wait_readable([sock.fileno()], min(0.2, max(0.0, next_tick - now))):
-                continue
-            data, addr = sock.recvfrom(4096)
-        except InterruptedError:
+        msg, addr = next_message(sock, min(0.2, max(0.0, next_tick - now)), VERSION, ("plan", "end"))
+        if msg is None:
             continue
         try:
-            msg = json.loads(data)
-            if msg.get("v") != VERSION or msg.get("op") not in ("plan", "end"):
-                raise ValueError("not a version-1 plan/end message")
             fid = int(msg["flow"])
         except (ValueError, KeyError, TypeError):
             stats["bad_messages"] += 1
@@ -147,19 +120,9 @@ def _serve(o: FabricController, sock: socket.socket, wfd: int, ready) -> None:
             addrs[fid] = addr
         rows.append({"time_s": time.time() - o.origin, "flow": fid, "old": msg.get("sport"), "new": sport,
                      "reason": "start"})
-        _send(sock, reply(fid, sport, "start"), addr)
+        send_to(sock, reply(fid, sport, "start"), addr)
     write_result(wfd, {"rows": _with_old(rows), "planned_shared_links": shared, "planned_flows": len(planned),
                        **stats})
-
-
-def _send(sock: socket.socket, data: bytes, addr) -> bool:
-    if not addr:
-        return False
-    try:
-        sock.sendto(data, addr)
-        return True
-    except OSError:
-        return False
 
 
 def _tick(dp, adapter, stats: dict) -> list[tuple[int, int, str]]:

@@ -54,6 +54,11 @@ WEIGHT_COLUMNS = ["time_s", "switch", "group", "next_hop", "weight", "port", "si
 #: controller.csv (runs with controller.entropy plan): every entropy decision of the fabric controller.
 CONTROLLER_COLUMNS = ["time_s", "flow", "old", "new", "reason"]
 
+#: collective_signals.csv (runs with traffic.collective.adapt): what each decision read, per switch port on the
+#: paths the operation's queue pairs may take.
+COLLECTIVE_SIGNAL_COLUMNS = ["time_s", "job", "iteration", "switch", "port", "peer", "capacity_bps", "util", "queue",
+                             "ecn", "available_bps"]
+
 #: cc.csv (RoCE runs with traffic.cc other than none): each flow's congestion window and rate over time.
 CC_COLUMNS = ["flow_id", "time_s", "cwnd_bytes", "rate_bps"]
 
@@ -71,13 +76,14 @@ INT_PATHS_CSV = "int_paths.csv"
 WEIGHTS_CSV = "weights.csv"
 CC_CSV = "cc.csv"
 CONTROLLER_CSV = "controller.csv"
+COLLECTIVE_SIGNALS_CSV = "collective_signals.csv"
 SWEEP_CSV = "sweep.csv"
 SWEEP_PNG = "sweep.png"
 #: plot name → file name.
 PLOT_FILES = {"uplink_util": "uplink_util.png", "uplink_bytes": "uplink_bytes.png", "fct_cdf": "fct_cdf.png",
               "int_path_delay": "int_path_delay.png", "cc": "cc.png"}
 RESULT_FILES = [MANIFEST, LINKS_CSV, FLOWS_CSV, SUMMARY_CSV, COLLECTIVES_CSV, FAILURES_CSV, SM_CSV, INT_CSV, INT_PATHS_CSV, WEIGHTS_CSV, CC_CSV,
-                CONTROLLER_CSV, *PLOT_FILES.values()]
+                CONTROLLER_CSV, COLLECTIVE_SIGNALS_CSV, *PLOT_FILES.values()]
 #: manifest key under which write_run stores the summary inputs, so `report` can recompute the same row.
 MANIFEST_INPUTS = "report_inputs"
 #: a sweep's directory: the plan (for --resume) and the per-configuration statistics.

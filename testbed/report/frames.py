@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .columns import (CC_COLUMNS, COLLECTIVE_COLUMNS, CONTROLLER_COLUMNS, FAILURE_COLUMNS, FLOW_COLUMNS, INT_COLUMNS, INT_PATH_COLUMNS, LINK_COLUMNS,
+from .columns import (CC_COLUMNS, COLLECTIVE_COLUMNS, COLLECTIVE_SIGNAL_COLUMNS, CONTROLLER_COLUMNS, FAILURE_COLUMNS, FLOW_COLUMNS, INT_COLUMNS, INT_PATH_COLUMNS, LINK_COLUMNS,
                       LINK_KNOWN_EXTRA, LINK_QOS_COLUMNS, SM_COLUMNS, WEIGHT_COLUMNS)
 
 _LINK_NUMERIC = ["time_s", "bytes", "packets", "util", "rate_bps", "interval_s"]
@@ -116,6 +116,13 @@ def controller_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.Dat
     df = _with_columns(df, CONTROLLER_COLUMNS, "controller")
     df = _coerce(df, ["time_s"])
     return ordered(df, CONTROLLER_COLUMNS)
+
+
+def collective_signals_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    df = pd.DataFrame(list(rows)) if not isinstance(rows, pd.DataFrame) else rows.copy()
+    df = _with_columns(df, COLLECTIVE_SIGNAL_COLUMNS, "collective_signals")
+    df = _coerce(df, ["time_s", "capacity_bps", "util", "queue", "ecn", "available_bps"])
+    return ordered(df, COLLECTIVE_SIGNAL_COLUMNS)
 
 
 def weights_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:

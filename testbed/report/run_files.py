@@ -10,12 +10,12 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from .columns import (CC_CSV, COLLECTIVES_CSV, CONTROLLER_CSV, FAILURES_CSV, FLOWS_CSV, INT_CSV, INT_PATHS_CSV, LINKS_CSV, MANIFEST,
+from .columns import (CC_CSV, COLLECTIVE_SIGNALS_CSV, COLLECTIVES_CSV, CONTROLLER_CSV, FAILURES_CSV, FLOWS_CSV, INT_CSV, INT_PATHS_CSV, LINKS_CSV, MANIFEST,
                       MANIFEST_INPUTS, META_KEYS, RESULT_FILES, SM_CSV, SUMMARY_COLUMNS, SUMMARY_CSV,
                       SUMMARY_EXTRA_COLUMNS, SWEEP_CSV, SWEEP_PNG, WEIGHTS_CSV)
 from ..dilation import COLLECTIVE_REAL, FLOW_REAL, LINK_REAL, real_columns
 from .files import ReportError, read_csv, read_manifest, write_csv, write_json
-from .frames import (cc_frame, collectives_frame, controller_frame, failures_frame, flows_frame, int_frame, int_paths_frame,
+from .frames import (cc_frame, collective_signals_frame, collectives_frame, controller_frame, failures_frame, flows_frame, int_frame, int_paths_frame,
                      links_frame, ordered, sm_frame, weights_frame)
 from .plots import _figure, _save, plots
 from .summary import _num, summarize
@@ -44,7 +44,8 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
               int_rows: Iterable[Mapping[str, Any]] | None = None,
               weights: Iterable[Mapping[str, Any]] | None = None,
               cc: Iterable[Mapping[str, Any]] | None = None,
-              controller: Iterable[Mapping[str, Any]] | None = None) -> dict:
+              controller: Iterable[Mapping[str, Any]] | None = None,
+              collective_signals: Iterable[Mapping[str, Any]] | None = None) -> dict:
     """Write a run's result directory (created if needed) and return its summary row.
 
     Order: links.csv, flows.csv, [collectives.csv, failures.csv, sm.csv], summary.csv, plots, then manifest.json
@@ -77,6 +78,8 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
         write_csv(outdir / WEIGHTS_CSV, weights_frame(weights))
     if controller is not None:
         write_csv(outdir / CONTROLLER_CSV, controller_frame(controller))
+    if collective_signals is not None:
+        write_csv(outdir / COLLECTIVE_SIGNALS_CSV, collective_signals_frame(collective_signals))
     cc_df = None
     if cc is not None:
         cc_df = cc_frame(cc)

@@ -35,6 +35,7 @@ class Collected:
     int_stats: dict | None = None                        # the INT counters (telemetry.int or HPCC's host stacks)
     weights: list | None = None                          # weights.csv (the WCMP controller)
     controller: dict | None = None                       # the fabric controller's results (controller.csv rows …)
+    collective: dict | None = None                       # the collective helper's (decisions, signals)
     wcmp_controller: dict | None = None                  # its health
     metrics: dict | None = None                          # the live metrics exporter(s)
     docker: dict | None = None                           # container hosts

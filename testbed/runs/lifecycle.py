@@ -233,6 +233,11 @@ def degradations(scen, topo, got: Collected, traffic: Traffic) -> list[str]:
     if own:
         out.append(f"controller: {len(own)} flow(s) got no answer from the fabric controller within "
                    f"{scen.controller.timeout / 1e6:g} ms and kept their own source port (e.g. flow {own[0]})")
+    static = [r.flow_id for r in traffic.results if getattr(r, "entropy_from", None) == "static"]
+    if static:
+        out.append(f"collective helper: {len(static)} flow(s) got no decision within "
+                   f"{scen.traffic.collective.adapt.timeout / 1e6:g} ms and were sent as the static collective "
+                   f"(e.g. flow {static[0]})")
     if (rto := rto_warning(scen.traffic, topo)) is not None:
         out.append(rto)
     return out + int_degradations(got.int_stats, scen)
@@ -285,6 +290,26 @@ def controller_section(scen, got: Collected, traffic: Traffic) -> dict | None:
     res = {k: v for k, v in (got.controller or {}).items() if k != "rows"}
     own = own_port_flows(traffic)
     return dict(res, entropy=scen.controller.entropy, fallbacks=len(own), fallback_flows=own[:50])
+
+
+def collective_section(scen, got: Collected, traffic: Traffic) -> dict | None:
+    """The collective helper's account (traffic.collective.adapt): its policy and signals, what it was asked
+    and decided, and the flows sent as the static collective because no decision came in time."""
+    a = scen.traffic.collective.adapt
+    if a is None:
+        return None
+    res = {k: v for k, v in (got.collective or {}).items() if k not in ("rows", "signals")}
+    static = sorted(r.flow_id for r in traffic.results if getattr(r, "entropy_from", None) == "static")
+    return dict(res, policy=a.policy, signals=list(a.signals), static_flows=len(static), static_flow_ids=static[:50])
+
+
+def with_adapt_decisions(rows: list[dict] | None, got: Collected) -> list[dict] | None:
+    """collectives.csv rows with ``adapt_decisions``: the flows of that operation its policy moved to another
+    QP's path (0: decided, nothing moved; empty: never decided)."""
+    if rows is None or got.collective is None:
+        return rows
+    moved = {r["key"]: r["moved"] for r in got.collective.get("rows", [])}
+    return [dict(r, adapt_decisions=moved.get(f"{r['job']}.{r['iteration']}")) for r in rows]
 
 
 def controller_ports(ctl: dict | None) -> dict[int, set[int]]:
@@ -342,6 +367,7 @@ def manifest(scen, run_id: str, source: str, caps: dict, started: float, ended: 
         "wcmp_controller": got.wcmp_controller, "metrics": got.metrics or None, "docker": got.docker,
         "mpi": traffic.info.get("mpi"),
         "controller": controller_section(scen, got, traffic),
+        "collective_adapt": collective_section(scen, got, traffic),
     }
     out.update(got.sections)
     return out
@@ -416,11 +442,13 @@ def run(scen: Scenario, out: str | Path | None = None, source: str = "",
     pfc_agent = man["qos"]["pfc_agent"]
     cpu = dict(got.cpu, pfc_late=pfc_agent["late"]) if pfc_agent else got.cpu   # the guard judges it too
     row = report.write_run(outdir, man, got.rows, flow_rows(topo, traffic, used, scen.packet_size), cpu, meta,
-                           collectives=traffic.collectives, failures=fail_rows,
+                           collectives=with_adapt_decisions(traffic.collectives, got), failures=fail_rows,
                            sm=sm_rows(topo, got.helpers.get("routing") or {}, origin), int_rows=got.int_rows,
                            weights=got.weights, cc=cc_rows(traffic),
                            controller=((got.controller or {}).get("rows") or []) if scen.controller.entropy != "off"
-                           else None)
+                           else None,
+                           collective_signals=(got.collective or {}).get("signals", [])
+                           if scen.traffic.collective.adapt is not None else None)
     if failures:
         raise RunFailed(f"{failures[0]} (results collected so far: {outdir})", outdir)
     return outdir, row

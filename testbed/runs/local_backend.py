@@ -37,7 +37,7 @@ class LocalBackend(Backend):
         self.lab: Lab | None = None
         self.acct = None
         self.sampler = self.collector = self.controller = self.captures = None
-        self.fabric_controller = None
+        self.fabric_controller = self.collective = None
         self.warnings: list[str] = []
         self.pcaps: list[str] = []
 
@@ -89,6 +89,12 @@ class LocalBackend(Backend):
             self.fabric_controller = FabricController(lab.topo, scen, lab.name, flows, origin, lab.datapath)
             self.fabric_controller.on_fork = lab.recorder("fabric-controller")
             self.fabric_controller.start()
+        if scen.traffic.collective.adapt is not None:
+            # the collectives that read the network: forked before any thread too (collective/decider.py)
+            from ..collective.decider import CollectiveHelper
+            self.collective = CollectiveHelper(lab.topo, scen, lab.name, origin, lab.datapath)
+            self.collective.on_fork = lab.recorder("collective-helper")
+            self.collective.start()
         if scen.switch.load_balancing == "wcmp" and scen.switch.wcmp.source != "static":
             # forked first, while this process runs no thread of its own yet (the sampler, the INT reader)
             from ..lb.wcmp_controller import WcmpController
@@ -106,7 +112,7 @@ class LocalBackend(Backend):
             self.collector.start()
 
     def check(self) -> None:
-        for helper in (self.sampler, self.collector, self.controller, self.fabric_controller):
+        for helper in (self.sampler, self.collector, self.controller, self.fabric_controller, self.collective):
             if helper is not None:
                 helper.check()
         self.lab.check()
@@ -116,7 +122,10 @@ class LocalBackend(Backend):
         return {"containers": ctrs.containers if ctrs is not None else None,
                 "controller": ({"path": str(fc.path), "timeout_s": self.scen.controller.timeout / 1e9,
                                 "adaptive": self.scen.controller.entropy == "adaptive"}
-                               if fc is not None else None)}
+                               if fc is not None else None),
+                "adapt": ({"path": str(self.collective.path),
+                           "timeout_s": self.scen.traffic.collective.adapt.timeout / 1e9}
+                          if self.collective is not None else None)}
 
     def failures_go(self, t0: float) -> None:
         self.lab.failures_go(t0)
@@ -149,11 +158,12 @@ class LocalBackend(Backend):
                 self.controller.stop()
             except HelperFailed:                     # kept in its error: down() reports it, once
                 pass
-        if self.fabric_controller is not None:
-            try:
-                self.fabric_controller.stop()
-            except HelperFailed:                     # kept in its error: down() reports it, once
-                pass
+        for helper in (self.fabric_controller, self.collective):
+            if helper is not None:
+                try:
+                    helper.stop()
+                except HelperFailed:                 # kept in its error: down() reports it, once
+                    pass
         if self.captures is not None:
             self.pcaps, self.captures = self.captures.stop(), None
 
@@ -172,12 +182,14 @@ class LocalBackend(Backend):
         got.docker = lab.containers.manifest() if lab.containers is not None else None
         if self.fabric_controller is not None:
             got.controller = self.fabric_controller.results or None
+        if self.collective is not None:
+            got.collective = self.collective.results or None
         return got
 
     def down(self, got: Collected | None) -> list[str]:
         lab, self.lab = self.lab, None
         acct, self.acct = self.acct, None
-        for helper in (self.controller, self.fabric_controller):
+        for helper in (self.controller, self.fabric_controller, self.collective):
             if helper is not None and helper.pid is not None:      # the run stopped before stop()
                 try:
                     helper.stop()
@@ -202,7 +214,8 @@ class LocalBackend(Backend):
             got.metrics = lab.results.get("exporter") or None
             got.errors = [e for e in (s.error, self.collector and self.collector.error,
                                       self.controller and self.controller.error,
-                                      self.fabric_controller and self.fabric_controller.error) if e]
+                                      self.fabric_controller and self.fabric_controller.error,
+                                      self.collective and self.collective.error) if e]
         return list(lab.failures)
 
     @staticmethod

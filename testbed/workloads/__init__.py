@@ -30,7 +30,8 @@ DEFAULT_SNDBUF = 212992     # net.core.wmem_default: what one socket would get, 
 
 def _jobs(flows: list[Flow], hosts: list[str], t0: float, duration_s: float, packet_size: int, grace_s: float,
           drain_s: float, sndbuf_bytes: Optional[int], timeline_bin_s: Optional[float] = None,
-          deps: Optional[Dependencies] = None, gates: str = "", controller: Optional[dict] = None) -> dict[str, dict]:
+          deps: Optional[Dependencies] = None, gates: str = "", controller: Optional[dict] = None,
+          adapt: Optional[dict] = None) -> dict[str, dict]:
     by_src: dict[str, list] = {h: [] for h in hosts}
     by_dst: dict[str, list] = {h: [] for h in hosts}
     for f in flows:
@@ -38,7 +39,7 @@ def _jobs(flows: list[Flow], hosts: list[str], t0: float, duration_s: float, pac
         by_dst[f.dst].append(f.to_dict())
     jobs = {h: {"host": h, "t0": t0, "duration_s": duration_s, "packet_size": packet_size, "grace_s": grace_s,
                 "drain_s": drain_s, "sndbuf_bytes": sndbuf_bytes, "send": by_src[h], "recv": by_dst[h],
-                "timeline_bin_s": timeline_bin_s, "controller": controller}
+                "timeline_bin_s": timeline_bin_s, "controller": controller, "adapt": adapt}
             for h in hosts}
     if deps is not None:
         def gate_of(h):
@@ -56,7 +57,8 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
         info: Optional[dict] = None, origin: Optional[float] = None,
         check: Optional[Callable[[], None]] = None, on_t0: Optional[Callable[[float], None]] = None,
         timeline_bin_s: Optional[float] = None, containers: Optional[dict] = None,
-        agent_set: Callable = AgentSet, controller: Optional[dict] = None) -> list[FlowResult]:
+        agent_set: Callable = AgentSet, controller: Optional[dict] = None,
+        adapt: Optional[dict] = None) -> list[FlowResult]:
     """Run ``flows`` for at most ``duration_s`` (+ ``grace_s`` to drain), one agent per involved host, and return
     one FlowResult per flow, in the order given.
 
@@ -74,7 +76,8 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
     (hosts.docker): that host's agent runs inside the container. ``agent_set``: AgentSet's interface over
     (hosts, ns_of, containers) — the agents of a fabric over several machines run on their machines
     (cluster/run.py RemoteAgents). ``controller``: {"path", "timeout_s"} of the fabric controller the agents ask
-    for their flows' source ports (controller_channel.py).
+    for their flows' source ports (controller_channel.py). ``adapt``: {"path", "timeout_s"} of the collective
+    helper the agents ask how to send each adapted operation (collective/channel.py).
     """
     if not flows:
         return []
@@ -99,7 +102,7 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
         if on_t0 is not None:
             on_t0(t0)
         agents.hand_jobs(_jobs(flows, hosts, t0, duration_s, packet_size, grace_s, drain_s, sndbuf_bytes,
-                               timeline_bin_s, deps, gates, controller))
+                               timeline_bin_s, deps, gates, controller, adapt))
         outputs = agents.collect(hard_end, timeout_s, check)
     for host, out in outputs.items():
         late = out.get("bound_at", 0) - t0

@@ -6,7 +6,8 @@ Protocol on stdio (the orchestrator is ``testbed.workloads.run``):
        {"t0": epoch s (CLOCK_REALTIME, shared by every namespace), "duration_s", "packet_size",
         "send": [flow dicts this host sends], "recv": [flow dicts this host receives],
         optional "grace_s" (2.0), "drain_s" (0.3), "sndbuf_bytes" (a budget shared by this host's UDP sockets),
-        "host"}
+        "host", "controller" (the fabric controller's socket: controller_channel.py), "adapt" (the collective
+        helper's: a flow with ``adapt`` waits for its operation's decision, collective_channel.py)}
   3. binds every receiver at once (before t0), starts each sender at t0 + flow.start_s — except a gated flow
      (``after``: flow ids it waits for), which starts once the agents receiving those flows have announced
      their completion on this host's gate socket (job ``gate``; gating.py), at the last completion +
@@ -223,12 +224,40 @@ class Announcer:
             self.sock.close()
 
 
+def _begin(s, now: float, ready: list, decisions) -> None:
+    """Start sender ``s`` — unless it belongs to a collective operation that reads the network
+    (``flow.adapt``) and the decision is not known yet: then it waits for it (workloads/collective_channel.py)."""
+    key = s.flow.get("adapt")
+    if decisions is not None and key is not None:
+        if key not in decisions.known:
+            decisions.park(key, s)
+            return
+        _start_decided([s], decisions.known[key], now, ready, decisions)
+        return
+    s.begin(now)
+    ready.append(s)
+
+
+def _start_decided(senders, sports: dict, now: float, ready: list, decisions) -> None:
+    """Start flows of a decided operation from the ports its policy chose (before they send: not a move);
+    ``sports`` empty: sent as the static collective would (no decision in time)."""
+    for s in senders:
+        got = sports.get(s.flow["flow_id"])
+        if got is not None and got != s.flow["sport"]:
+            s.steer(got, count=False)
+        s.flow["entropy_first"] = got or s.flow["sport"]
+        s.flow["entropy_from"] = "static" if s.flow["adapt"] in decisions.undecided else "collective"
+        s.begin(now)
+        ready.append(s)
+
+
 def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None = None, steering=None,
-         ctl_path: str | None = None) -> None:
+         ctl_path: str | None = None, decisions=None) -> None:
     """The send loop: start each flow at its time, pump the ready senders, wait on timers and sockets. ``gate``:
     flows released by others' completion (gating.py). ``steering``: the fabric controller's moves (adaptive
     entropy, controller_channel.Steering), handed to the flow's sender; a flow that ends is reported to
-    ``ctl_path`` so that the controller frees its links."""
+    ``ctl_path`` so that the controller frees its links. ``decisions``: the collective helper's answers
+    (workloads/collective_channel.py) that flows of adapted operations wait for."""
     gated = set(gate.by_id.values()) if gate is not None else set()
     starts = [(t0 + s.flow["start_s"], i, s) for i, s in enumerate(senders) if s not in gated]
     heapq.heapify(starts)
@@ -246,12 +275,15 @@ def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None 
     by_id = {s.flow["flow_id"]: s for s in senders}
     if steering is not None:
         poller.register(steering.fileno(), POLLIN)
+    if decisions is not None:
+        poller.register(decisions.fileno(), POLLIN)
     while alive:
         now = time.time()
         while starts and starts[0][0] <= now:
-            s = heapq.heappop(starts)[2]
-            s.begin(now)
-            ready.append(s)
+            _begin(heapq.heappop(starts)[2], now, ready, decisions)
+        if decisions is not None and decisions.parked:
+            for _key, parked in decisions.expired(now):
+                _start_decided(parked, {}, now, ready, decisions)
         if now >= give_up:
             break
         if not past_deadline and now >= deadline:
@@ -281,7 +313,8 @@ def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None 
         ready = again
         if not alive:
             break
-        if ready and not waiting and not listening and steering is None:
+        asking = decisions is not None and bool(decisions.parked)
+        if ready and not waiting and not listening and steering is None and not asking:
             continue
         now = time.time()
         wake = give_up if past_deadline else deadline
@@ -289,9 +322,15 @@ def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None 
             wake = min(wake, timers[0][0])
         if starts:
             wake = min(wake, starts[0][0])
+        if asking:
+            wake = min(wake, decisions.next_timeout() or wake)
         timeout = 0.0 if ready else max(0.0, wake - now)
-        if waiting or listening or steering is not None:
+        if waiting or listening or steering is not None or asking:
             for fd, _ev in poller.poll(_poll_ms(timeout)):
+                if decisions is not None and fd == decisions.fileno():
+                    for key, parked in decisions.read():
+                        _start_decided(parked, decisions.known[key], time.time(), ready, decisions)
+                    continue
                 if steering is not None and fd == steering.fileno():
                     for fid, sport, _why in steering.read():
                         s = by_id.get(fid)
@@ -315,6 +354,8 @@ def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None 
     for s in senders:                 # gave up at t0 + duration + grace: close what is left
         if not s.done:
             s.abort(NEVER_STARTED if gate is not None and s.flow["flow_id"] in gate.waiting
+                    else "never started: its collective operation was never decided"
+                    if decisions is not None and any(s in p for p in decisions.parked.values())
                     else "still running at the end of the grace period")
 
 
@@ -374,6 +415,11 @@ def run_job(job: dict) -> dict:
             raise SystemExit(f"agent: flow {f['flow_id']}: cannot bind {f['src_addr']}:{f['sport']} → "
                              f"{f['dst_addr']}:{f['dport']}: {e.strerror}") from None
 
+    adapt = job.get("adapt")
+    decisions = None
+    if adapt and any(f.get("adapt") for f in job["send"]):   # a collective that reads the network
+        from .collective_channel import Decisions
+        decisions = Decisions(adapt["path"], float(adapt["timeout_s"]), str(job.get("host")))
     gated = [s for s in senders if s.flow.get("after")]
     gate = Gate(gated, job["gate"]) if gated else None
     rx_result: dict = {}
@@ -387,10 +433,12 @@ def run_job(job: dict) -> dict:
         if delay > 0:
             time.sleep(delay)
         try:
-            send(senders, t0, deadline, give_up, gate, steering, ctl["path"] if ctl else None)
+            send(senders, t0, deadline, give_up, gate, steering, ctl["path"] if ctl else None, decisions)
         finally:
             if steering is not None:
                 steering.close()
+            if decisions is not None:
+                decisions.close()
     if gate is not None:
         gate.close()
     if rx is not None:

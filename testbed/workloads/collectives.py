@@ -68,9 +68,10 @@ class TransferFlows:
     ``qps_per_connection`` queue pairs (as NCCL_IB_QPS_PER_CONNECTION does), numbered in order, each with a
     random source port — or the scenario's fixed one (low entropy: then only a hash over the RoCE destination QP
     tells the QPs apart; non-RoCE engines move QP q to dport + q) — and the traffic's engine, options and
-    marking: what collectives and replay share."""
+    marking: what collectives and replay share. ``persistent``: a connection's QP q keeps one source port for
+    the whole run (as a QP lives as long as the job), which collectives that read the network rely on."""
 
-    def __init__(self, traffic, topo, seed: int, prio: int | None = None):
+    def __init__(self, traffic, topo, seed: int, prio: int | None = None, persistent: bool = False):
         self.traffic, self.topo, self.prio = traffic, topo, prio
         self.name, engine = _engine(traffic)
         self.engine = engine
@@ -82,13 +83,14 @@ class TransferFlows:
         self.qps = getattr(traffic, "qps_per_connection", 1)
         sport = traffic.sport
         self.fixed = sport if isinstance(sport, int) and not isinstance(sport, bool) else None
+        self.ports: dict | None = {} if persistent else None      # (src, dst, rail, qp) → its source port
 
     def __call__(self, src: str, dst: str, nbytes: int, start_s: float = 0.0) -> list[Flow]:
         out = []
         tr = self.traffic
         for rail, part in enumerate(stripes(nbytes, self.rails)):
             for qp, piece in enumerate(stripes(part, self.qps)):
-                sport = self.fixed if self.fixed is not None else self.rng.randrange(tr.sport_base, 65536 - 64)
+                sport = self.fixed if self.fixed is not None else self._port((src, dst, rail, qp))
                 dport = self.dport + qp if self.fixed is not None and self.engine.dport is None else self.dport
                 out.append(Flow(flow_id=self.next_id, src=src, dst=dst, src_addr=self.topo.address(src, rail),
                                 dst_addr=self.topo.address(dst, rail), sport=sport, dport=dport,
@@ -97,6 +99,14 @@ class TransferFlows:
                                 rail=rail))
                 self.next_id += 1
         return out
+
+
+    def _port(self, qp: tuple) -> int:
+        if self.ports is None:
+            return self.rng.randrange(self.traffic.sport_base, 65536 - 64)
+        if qp not in self.ports:
+            self.ports[qp] = self.rng.randrange(self.traffic.sport_base, 65536 - 64)
+        return self.ports[qp]
 
 
 def schedule(traffic, topo, seed: int) -> list[list[Step]]:

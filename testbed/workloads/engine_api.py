@@ -67,6 +67,34 @@ class Pacer:
 
 
 
+class Steerable:
+    """A sender whose source port — its ECMP path — may change: the fabric controller's moves mid-flow, or a
+    collective policy's choice before it starts (``count=False``: not a move). ``_rebind(sport)`` makes the
+    engine send from the new port (or raises OSError: the port is taken, the flow stays put)."""
+    next_sport = None
+    count_move = True
+
+    def steer(self, sport: int, count: bool = True) -> None:
+        """Send from ``sport`` from the next burst on; the receiver knows the flow by its header, not this."""
+        self.next_sport, self.count_move = sport, count
+
+    def _move(self) -> None:
+        sport, self.next_sport = self.next_sport, None
+        if sport == self.flow["sport"]:
+            return
+        try:
+            self._rebind(sport)
+        except OSError:
+            self.flow["entropy_refused"] = self.flow.get("entropy_refused", 0) + 1
+            return
+        self.flow["sport"] = sport
+        if self.count_move:
+            self.flow["entropy_changes"] = self.flow.get("entropy_changes", 0) + 1
+
+    def _rebind(self, sport: int) -> None:
+        raise NotImplementedError
+
+
 TIMELINE_JUMPS = 20000               # sequence jumps a flow's timeline keeps (a spraying flow reorders a lot)
 
 

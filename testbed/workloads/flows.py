@@ -58,6 +58,7 @@ class Flow:
     dst_rail: Optional[int] = None   # the destination NIC's rail; None = ``rail`` (same-rail traffic)
     after: Optional[list[int]] = None   # gated: starts once these flows completed (+ after_delay_s), replay.py
     after_delay_s: float = 0.0
+    adapt: Optional[str] = None      # the collective operation ("job.iteration") whose policy picks its port
 
     @property
     def to_rail(self) -> int:

@@ -214,6 +214,22 @@ def to_flows(transfers: list[Transfer], make) -> tuple[list, list[Transfer]]:
     return flows, owner
 
 
+def flows_of(transfers: list[Transfer], traffic, topo, seed: int, prio=None,
+             origins: dict | None = None) -> tuple[list, list[Transfer]]:
+    """A schedule's flows (to_flows over collectives.TransferFlows). With ``traffic.collective.adapt`` each
+    connection's QPs keep their source ports, and every flow of a collective operation names it (``Flow.adapt``:
+    "job.iteration") so that its host asks the collective helper how to send it."""
+    from .collectives import TransferFlows
+    adapt = traffic.collective.adapt is not None
+    flows, owner = to_flows(transfers, TransferFlows(traffic, topo, seed, prio, persistent=adapt))
+    if adapt:
+        for f, t in zip(flows, owner):
+            o = (origins or {}).get(t.id)
+            if o is not None:
+                f.adapt = f"{o.job}.{o.iteration}"
+    return flows, owner
+
+
 def with_background(flows: list, owner: list, traffic, topo, seed: int, duration_s: float) -> None:
     """Add the pattern's open-loop flows (``pattern: poisson``) to a schedule's flows as background: numbered
     after them, a source port a schedule flow of the same host already uses moved to the next free one; their
@@ -274,8 +290,7 @@ def play(transfers: list[Transfer], traffic, topo, seed: int, ns_of, duration_s:
     """Run a schedule (and, ``background``, the pattern's open-loop flows beside it) in one ``workloads.run``;
     ``run_kw`` goes to it (sndbuf_bytes, info, origin, check, on_t0, timeline_bin_s)."""
     from . import run
-    from .collectives import TransferFlows
-    flows, owner = to_flows(transfers, TransferFlows(traffic, topo, seed, prio))
+    flows, owner = flows_of(transfers, traffic, topo, seed, prio, origins)
     if background:
         n = len(flows)
         with_background(flows, owner, traffic, topo, seed, duration_s)

@@ -12,7 +12,7 @@ import socket
 import struct
 import time
 
-from .engine_api import (BURST, DONE, IP_UDP_HDR, READY, WAIT_TIME, WAIT_WRITE, Pacer, RxFlow, _rcvbuf,
+from .engine_api import (BURST, DONE, IP_UDP_HDR, READY, WAIT_TIME, WAIT_WRITE, Pacer, RxFlow, Steerable, _rcvbuf,
                          _reuse, _tos)
 
 HDR = struct.Struct("!IQd")          # flow_id, seq, tx timestamp
@@ -34,7 +34,7 @@ def udp_packet_count(size_bytes: int, pmax: int) -> int:
     return max(1, -(-size_bytes // pmax))
 
 
-class UdpSender:
+class UdpSender(Steerable):
     def __init__(self, flow: dict, job: dict):
         self.flow = flow
         self.fid = flow["flow_id"]
@@ -43,7 +43,6 @@ class UdpSender:
         self.remaining = flow["size_bytes"]
         self.sndbuf = job.get("sndbuf_each")
         self.sock = self._socket(flow["sport"])
-        self.next_sport = None                  # a move the fabric controller asked for (steer)
         self.buf = bytearray(self.pmax)
         self.mv = memoryview(self.buf)
         self.seq = 0
@@ -78,24 +77,10 @@ class UdpSender:
         self.send_start = now
         self.pacer = Pacer(self.flow["rate_bps"], now)
 
-    def steer(self, sport: int) -> None:
-        """Send from ``sport`` from the next burst on (the fabric controller moved the flow: another ECMP
-        path). The receiver knows a flow by its destination port and header, so nothing else changes."""
-        self.next_sport = sport
-
-    def _move(self) -> None:
-        sport, self.next_sport = self.next_sport, None
-        if sport == self.flow["sport"]:
-            return
-        try:
-            new = self._socket(sport)
-        except OSError:
-            self.flow["entropy_refused"] = self.flow.get("entropy_refused", 0) + 1   # port taken: stays put
-            return
+    def _rebind(self, sport: int) -> None:
+        new = self._socket(sport)
         self.sock.close()
         self.sock = new
-        self.flow["sport"] = sport
-        self.flow["entropy_changes"] = self.flow.get("entropy_changes", 0) + 1
 
     def abort(self, reason: str) -> None:
         self.error = self.error or reason

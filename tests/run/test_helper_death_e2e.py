@@ -1,10 +1,10 @@
 """Every helper's death is survived and cleaned: kill -9, mid-run, each process a run depends on — the
 flow-control agent (PFC, credits), the routing agent (link-state watcher, subnet manager), the failure
-scheduler, the WCMP controller, the fabric controller, the metrics exporter, one traffic agent, a container host, one Ray part of a
-split run — and the run fails with one line naming it, writes what it collected so far with manifest
-``failed``, and after ``testbed clean <its lab>`` nothing of it is left (conftest.leftovers: namespaces, links,
-BPF programs, processes, containers, cgroups, Ray actors). The same after kill -9 of ``testbed run`` and of
-``testbed up`` themselves.
+scheduler, the WCMP controller, the fabric controller, the collective helper, the metrics exporter, one traffic
+agent, a container host, one Ray part of a split run — and the run fails with one line naming it, writes what it
+collected so far with manifest ``failed``, and after ``testbed clean <its lab>`` nothing of it is left
+(conftest.leftovers: namespaces, links, BPF programs, processes, containers, cgroups, Ray actors). The same after
+kill -9 of ``testbed run`` and of ``testbed up`` themselves.
 
 Each case runs a tiny scenario (2 hosts, a few seconds of UDP) through the CLI; the helper is found through the
 lab's state file (every helper is recorded there the moment it is forked, testbed/lab.py) or by the process
@@ -45,6 +45,9 @@ CREDIT = {"switch": dict(LOSSLESS, credit={"enabled": True, "buffer": "16KB", "b
 LATE_FAILURE = {"failures": [{"at": "4s", "link": ["leaf0", "spine0"], "rate": "10mbit"}]}   # after the kill
 WCMP = {"topology": {"spines": 2},
         "switch": {"load_balancing": "wcmp", "wcmp": {"source": "load", "granularity": "packet", "interval": "10ms"}}}
+ADAPT = {"topology": {"spines": 2},
+         "traffic": {"qps_per_connection": 2, "collective": {"adapt": {"policy": "weighted-split"}},
+                     "jobs": [{"name": "ring", "pattern": "allreduce", "bytes": "2MB", "iterations": 20}]}}
 DOCKER = {"hosts": {"docker": {"image": "fabric-testbed/host"}}}
 SPLIT = {"placement": {"partitions": 2}}
 
@@ -79,6 +82,7 @@ HELPER_CASES = [
     Case("wcmp-controller", WCMP, "wcmp-controller", "WCMP controller"),
     Case("fabric-controller", {"topology": {"spines": 2}, "controller": {"entropy": "plan"}}, "fabric-controller",
          "fabric controller"),
+    Case("collective-helper", ADAPT, "collective-helper", "collective helper"),
     Case("metrics-exporter", {}, "metrics-exporter", "metrics exporter", metrics=True),
     Case("traffic-agent", {}, "agent", "traffic agent on h1"),
     Case("container-host", DOCKER, "container", "container host h1", needs="docker"),

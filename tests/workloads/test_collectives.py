@@ -55,7 +55,7 @@ def test_pairwise_all_to_all_is_n_minus_1_shifted_steps():
 
 def test_pattern_allreduce_shortcut_and_bad_hosts():
     s = make_scenario(traffic={"engine": "roce", "pattern": "allreduce", "flow_size": "1MB"})
-    assert s.traffic.collective and s.traffic.job_list()[0].pattern == "allreduce"
+    assert s.traffic.runs_collectives and s.traffic.job_list()[0].pattern == "allreduce"
     from testbed.scenario import ScenarioError
     with pytest.raises(ScenarioError, match="traffic.jobs.0.hosts"):
         make_scenario(traffic={"jobs": [{"pattern": "incast", "bytes": 1, "hosts": ["h0", "h99"]}]})

@@ -203,7 +203,7 @@ def test_scenario_replay_key(tmp_path):
     write(tmp_path, "id,src,dst,bytes\na,h0,h1,10\n")
     (tmp_path / "scen.yaml").write_text("traffic: {engine: roce, replay: s.csv}\n")
     s = scenario.load(tmp_path / "scen.yaml")
-    assert s.traffic.replay == str(tmp_path / "s.csv") and not s.traffic.collective
+    assert s.traffic.replay == str(tmp_path / "s.csv") and not s.traffic.runs_collectives
     for extra, msg in [("jobs: [{pattern: incast, bytes: 1}]", "not both"),
                        ("flow_size: 1000", "each transfer's bytes"), ("engine: rxe", "built-in engines")]:
         (tmp_path / "bad.yaml").write_text(f"traffic: {{replay: s.csv, {extra}}}\n")
@@ -246,7 +246,7 @@ def test_poisson_background_beside_collective_jobs():
                       traffic={"engine": "roce", "pattern": "poisson", "load": 0.3, "size_dist": "websearch",
                                "sport": "sequential", "jobs": [{"name": "ar", "pattern": "allreduce",
                                                                 "bytes": 4000, "iterations": 2}]})
-    assert s.traffic.scheduled and s.traffic.collective
+    assert s.traffic.scheduled and s.traffic.runs_collectives
     topo = topology.build(s.topology)
     origins: dict = {}
     ts = replay.from_collectives(s.traffic, topo, s.seed, origins)

@@ -18,7 +18,7 @@ from .batch import HDR_RETH_X as BATCH_HDR_RETH_X, HDR_X as BATCH_HDR_X
 from .batch import BatchSender
 from .link import resolve
 from .cc import make_sender_cc
-from ..engine_api import DONE, READY, WAIT_TIME, WAIT_WRITE
+from ..engine_api import DONE, READY, WAIT_TIME, WAIT_WRITE, Steerable
 from .endpoint import (BURST, IP_TOS, Layout, MAX_LAG_S, PADS, POLL_S, POLL_SHARE, SOFT_ERRNOS, SOL_UDP, UDP_SEGMENT,
                        endpoint, flow_data, req_qpn, rsp_qpn, unsolicited_packets)
 
@@ -110,7 +110,7 @@ class CcTrace:
         return d
 
 
-class Requester:
+class Requester(Steerable):
     def __init__(self, flow: dict, job: dict):
         o = flow.get("opts") or {}
         self.flow = flow
@@ -161,7 +161,6 @@ class Requester:
             self.bs = None
             self.socks = [self._data_socket(self.sport)]
             self.sock = self.socks[0]                # the one to poll for writability
-        self.next_sport = None                          # a move the fabric controller asked for (steer)
         self.ce_cmsg = [(socket.IPPROTO_IP, IP_TOS, struct.pack(
             "i", (dscp << 2) | w.CE | (w.INT_DSCP_BIT if self.int_stack else 0)))]
         self.rto = float(o.get("rto_s", 0.01))
@@ -211,28 +210,20 @@ class Requester:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def steer(self, sport: int) -> None:
+    def steer(self, sport: int, count: bool = True) -> None:
         """The QP's UDP source port becomes ``sport`` from the next burst on, as a RoCEv2 NIC may change it
-        mid-flow (the fabric controller moved the flow to another ECMP path). ACKs come to the endpoint's port
-        and the responder knows the QP by its number: only the path changes — packets in flight on the old one
-        may arrive after the first of the new (with ``receiver: ooo`` nothing is lost to that)."""
+        mid-flow. ACKs come to the endpoint's port and the responder knows the QP by its number: only the path
+        changes — packets in flight on the old one may arrive after the first of the new (with ``receiver:
+        ooo`` nothing is lost to that). A QP spraying over several ports (batched) keeps them."""
         if self.bs is None:
-            self.next_sport = sport
+            super().steer(sport, count)
 
-    def _move(self) -> None:
-        sport, self.next_sport = self.next_sport, None
-        if sport == self.sport:
-            return
-        try:
-            new = self._data_socket(sport)
-        except OSError:
-            self.flow["entropy_refused"] = self.flow.get("entropy_refused", 0) + 1
-            return
+    def _rebind(self, sport: int) -> None:
+        new = self._data_socket(sport)
         old, self.socks[0] = self.socks[0], new
         self.sock = new
         old.close()
-        self.sport = self.flow["sport"] = sport
-        self.flow["entropy_changes"] = self.flow.get("entropy_changes", 0) + 1
+        self.sport = sport
 
     def begin(self, now: float) -> None:
         self.send_start = now

@@ -1,0 +1,92 @@
+"""The channel between the hosts and the collective helper (collective/decider.py): Unix datagram sockets (path-named, so
+they reach across network namespaces), one JSON object per datagram, version 1.
+
+  host → helper   {"v": 1, "op": "decide", "key": "<job>.<iteration>", "host": "h3"}
+  helper → host   {"v": 1, "key": "<job>.<iteration>", "sport": {"<flow id>": port, ...}}
+The helper answers with the source port of every flow of that operation the host sends that the policy moved
+(an empty map: send it as the static collective would). ``Decisions`` is the agent's end: the send loop parks a
+flow of an operation it has no answer for, asks once per operation and starts the parked flows when the answer
+comes — or, past the timeout, with their own ports (counted). Light: every agent imports it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+VERSION = 1
+
+
+def request(key: str, host: str) -> bytes:
+    return json.dumps({"v": VERSION, "op": "decide", "key": key, "host": host}).encode()
+
+
+def answer(key: str, sports: dict[int, int]) -> bytes:
+    return json.dumps({"v": VERSION, "key": key, "sport": {str(k): v for k, v in sports.items()}}).encode()
+
+
+class Decisions:
+    """A host's end: asks for an operation's decision once, holds the answers and the flows waiting for them."""
+
+    def __init__(self, path: str, timeout_s: float, host: str):
+        self.path, self.timeout_s = path, timeout_s
+        self.me = Path(path).with_name(f"{Path(path).stem}-{host}-{os.getpid()}.sock")
+        self.host = host
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.me.unlink(missing_ok=True)
+        self.sock.bind(str(self.me))
+        self.sock.setblocking(False)
+        self.known: dict[str, dict[int, int]] = {}
+        self.parked: dict[str, list] = {}
+        self.asked: dict[str, float] = {}          # key → give-up time
+        self.undecided: set[str] = set()            # operations that got no answer in time
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def park(self, key: str, item) -> None:
+        """Hold ``item`` until ``key`` is decided; ask the helper the first time."""
+        self.parked.setdefault(key, []).append(item)
+        if key not in self.asked:
+            self.asked[key] = time.time() + self.timeout_s
+            try:
+                self.sock.sendto(request(key, self.host), self.path)
+            except OSError:
+                self.asked[key] = 0.0               # no helper: the timeout releases it at once
+
+    def read(self) -> list[tuple[str, list]]:
+        """(key, parked items) of every operation whose answer arrived."""
+        out = []
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except OSError:
+                return out
+            try:
+                msg = json.loads(data)
+                if msg.get("v") != VERSION:
+                    continue
+                key = str(msg["key"])
+                self.known[key] = {int(k): int(v) for k, v in msg["sport"].items()}
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue
+            out.append((key, self.parked.pop(key, [])))
+
+    def next_timeout(self) -> float | None:
+        waiting = [self.asked[k] for k in self.parked if k not in self.known]
+        return min(waiting) if waiting else None
+
+    def expired(self, now: float) -> list[tuple[str, list]]:
+        """(key, parked items) of operations asked for longer than the timeout: they go undecided (static)."""
+        out = []
+        for key in [k for k in self.parked if k not in self.known and self.asked[k] <= now]:
+            self.known[key] = {}
+            self.undecided.add(key)
+            out.append((key, self.parked.pop(key)))
+        return out
+
+    def close(self) -> None:
+        self.sock.close()
+        self.me.unlink(missing_ok=True)

@@ -1,0 +1,210 @@
+"""Collectives that read the network, pure: the signals two counter readings give (hand-computed), a view's
+available rates, the weighted-split policy over the fabric's real hashes, the host's decision channel, the
+schedule's operations and the scenario's one-line refusals."""
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+
+from testbed import scenario, topology
+from testbed.workloads import collective_channel as channel
+from testbed.collective.policy import Operation, OpFlow, get_policy
+from testbed.collective.decider import scheduled_operations, wire_ratio
+from testbed.collective.view import LinkSignals, NetworkView, PortReading, signals_between
+from testbed.collective.weighted_split import WeightedSplit
+from testbed.controller import PathModel, PlanFlow
+from testbed.spec_types import ScenarioError
+
+DEGRADED = "scenarios/codesign-degraded.yaml"
+
+
+def _reading(at, tx, packets, depth_sum, ect, marks, cap=10e6, buf=100_000):
+    return PortReading(at, tx, packets, depth_sum, ect, marks, cap, buf)
+
+
+def test_signals_over_a_span_by_hand():
+    """0.5 s at 10 Mbit/s: 250,000 bytes sent (2 Mbit) of which 1 Mbit the operation's own → util
+    (2e6 − 1e6) / (10e6 × 0.5) = 0.2; 100 packets saw 20,000 bytes each of a 100,000-byte buffer → queue 0.2;
+    20 of 80 ECN-capable packets marked → ecn 0.25."""
+    s = signals_between(_reading(10.0, 1000, 5, 500, 10, 1), _reading(10.5, 251_000, 105, 2_000_500, 90, 21),
+                        own_bits=1e6)
+    assert s == LinkSignals(10e6, pytest.approx(0.2), pytest.approx(0.2), pytest.approx(0.25))
+    assert signals_between(_reading(0, 0, 0, 0, 0, 0), _reading(1, 0, 0, 0, 0, 0)) == LinkSignals(10e6)
+    assert signals_between(_reading(0, 0, 0, 0, 0, 0), _reading(1, 0, 0, 0, 0, 0), down=True).capacity_bps == 0
+    # the operation's own bits larger than what the port sent (headers estimated high): no negative load
+    assert signals_between(_reading(0, 0, 0, 0, 0, 0), _reading(1, 100, 0, 0, 0, 0), own_bits=1e6).util == 0
+
+
+def _fabric(path=DEGRADED, sets=()):
+    scen = scenario.load(path, list(sets))
+    topo = topology.build(scen.topology)
+    return scen, topo, PathModel(topo, scen.switch.hash_seed, scen.switch.hash_fields)
+
+
+def _view(topo, model, signals=("util", "queue"), **override):
+    links = {p.ifindex: LinkSignals(float(p.rate_bps)) for sw in topo.switches for p in topo.ports[sw]}
+    links.update(override)
+    return NetworkView(model, links, signals)
+
+
+def test_available_rate_is_capacity_times_each_asked_signal():
+    _, topo, model = _fabric()
+    up = topo.uplinks("leaf1")[0].ifindex
+    v = _view(topo, model, ("util", "queue"), **{})
+    v.links[up] = LinkSignals(10e6, util=0.25, queue=0.5, ecn=0.5)
+    assert v.available_bps(up) == pytest.approx(10e6 * 0.75 * 0.5)          # ecn not asked for: ignored
+    v.links[up] = LinkSignals(10e6, util=1.0)
+    assert v.available_bps(up) == pytest.approx(1e6)                         # a signal takes at most 90 %
+    nic = topo.port_named("h0", "eth0")
+    assert v.available_bps(nic.ifindex) == nic.rate_bps                      # no counter: its line rate
+    assert v.path_bps([nic.ifindex, up]) == pytest.approx(1e6)
+
+
+def _slow(topo):
+    return {p.ifindex for n in ("leaf0", "spine1") for p in topo.ports[n] if {p.node, p.peer_node} == {"leaf0", "spine1"}}
+
+
+def test_weighted_split_takes_the_flows_off_the_slow_link_of_codesign_degraded():
+    """seed 6: the ring's h1→h3 and h3→h0 each have one of their 2 QPs across leaf0–spine1 (2.5 of 10 Mbit/s);
+    the policy sends every flow of those connections on the other QP, and no flow on the slow link."""
+    scen, topo, model = _fabric()
+    _, ops = scheduled_operations(scen, topo)
+    assert sorted(ops) == ["ring.0", "ring.1", "ring.2"]
+    op, view, slow = ops["ring.0"], _view(topo, model), _slow(topo)
+    assert len(op.flows) == 2 * 3 * 4 * 2                   # 2(N−1) steps × 4 ring edges × 2 QPs
+    on_slow = [f for f in op.flows if set(view.path(f.plan, f.sport)) & slow]
+    assert {f.conn[:2] for f in on_slow} == {("h1", "h3"), ("h3", "h0")} and len(on_slow) == 12
+    moved = WeightedSplit().decide(op, view)
+    assert not [f for f in op.flows if set(view.path(f.plan, moved.get(f.flow_id, f.sport))) & slow]
+    qps = op.qp_ports()
+    assert all(sp in qps[f.conn] and sp != f.sport for f in op.flows if (sp := moved.get(f.flow_id)))
+    assert {f.flow_id for f in on_slow} <= set(moved)
+
+
+def test_weighted_split_leaves_a_fabric_without_collisions_alone():
+    """Two connections whose QPs' paths share nothing but their own NICs: nothing to gain, nothing moved."""
+    scen, topo, model = _fabric(sets=["topology.links=[]"])
+    view = _view(topo, model)
+    hs = topo.hosts
+    flows, conns = [], {}
+    for c, (a, b) in enumerate([(hs[0], hs[2]), (hs[1], hs[3])]):
+        plan = PlanFlow(c, a, topo.address(a), topo.address(b), 4791)
+        ports, paths, sp = [], set(), 50000 + 100 * c
+        while len(ports) < 2:                  # 2 QPs on 2 distinct uplinks that the other connection leaves free
+            up = view.path(plan, sp)[1]
+            if up not in paths and up not in {u for cs in conns.values() for u in cs}:
+                ports.append(sp)
+                paths.add(up)
+            sp += 1
+        conns[c] = paths
+        flows += [OpFlow(10 * c + q, 0, 32768, p, plan, (a, b, 0)) for q, p in enumerate(ports)]
+    op = Operation("j.0", "j", 0, "allreduce", flows)
+    assert WeightedSplit().decide(op, view) == {}
+
+
+def test_weighted_split_is_registered_and_refuses_one_qp():
+    assert get_policy("weighted-split") is WeightedSplit
+    with pytest.raises(ScenarioError, match=r"adapt.policy: weighted-split .* traffic.qps_per_connection 1"):
+        scenario.load(DEGRADED, ["traffic.qps_per_connection=1"])
+
+
+@pytest.mark.parametrize("sets,match", [
+    (["traffic.collective.adapt.policy=ring-nope"], r"traffic.collective.adapt.policy: unknown collective policy"),
+    (["traffic.collective.adapt.signals=[util,util]"], r"traffic.collective.adapt.signals: a signal is named twice"),
+    (["traffic.collective.adapt.signals=[ecn]"], r"traffic.collective.adapt.signals: ecn is read from the switches"),
+    (["traffic.collective.adapt.signals=[int]"], r"traffic.collective.adapt.signals.0: Input should be"),
+    (["traffic.collective.adapt.signals=[]"], r"traffic.collective.adapt.signals"),
+    (["switch.load_balancing=spray"], r"traffic.collective.adapt.policy: .* switch.load_balancing spray"),
+    (["switch.routing=sm"], r"traffic.collective.adapt.policy: under switch.routing sm"),
+    (["traffic.engine=tcp"], r"traffic.collective.adapt: the udp and roce engines"),
+    (["traffic.roce.entropy=packet"], r"traffic.collective.adapt: a policy gives each QP one source port"),
+    (["traffic.jobs=[]", "traffic.pattern=permutation", "traffic.qps_per_connection=1"],
+     r"traffic.collective.adapt: decides the operations"),
+    (["controller.entropy=plan"], r"controller.entropy: plans the pattern flows .* collectives"),
+    (["traffic.collective.adapt.interval=0"], r"traffic.collective.adapt.interval"),
+])
+def test_bad_adapt_keys_are_one_line_errors(sets, match):
+    with pytest.raises(ScenarioError, match=match) as e:
+        scenario.load(DEGRADED, sets)
+    assert "\n" not in str(e.value)
+
+
+def test_flows_of_adapted_operations_name_them_and_keep_their_qp_ports():
+    scen, topo, _ = _fabric()
+    flows, ops = scheduled_operations(scen, topo)
+    assert {f.adapt for f in flows} == set(ops)
+    for op in ops.values():                             # every step of every iteration uses the same 2 QP ports
+        assert all(len(p) == 2 for p in op.qp_ports().values())
+    assert ops["ring.0"].qp_ports() == ops["ring.2"].qp_ports()
+    static, _ = scheduled_operations(scenario.load(DEGRADED, ["traffic.collective.adapt=null"]), topo)
+    assert static == []
+
+
+def test_wire_ratio_counts_every_packets_headers():
+    scen, topo, _ = _fabric()
+    flows, _ = scheduled_operations(scen, topo)
+    assert wire_ratio(flows[0], scen.packet_size) == pytest.approx((1024 + 14 + 28 + 12 + 4) / 1024)
+
+
+def _helper(tmp_path):
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = str(tmp_path / "ccl.sock")
+    srv.bind(path)
+    return srv, path
+
+
+def test_the_host_asks_once_per_operation_and_starts_what_waited(tmp_path):
+    srv, path = _helper(tmp_path)
+    d = channel.Decisions(path, 1.0, "h1")
+    try:
+        d.park("ring.0", "a")
+        d.park("ring.0", "b")
+        data, addr = srv.recvfrom(4096)
+        assert srv.getblocking() and d.next_timeout() is not None
+        assert b'"key": "ring.0"' in data and b'"host": "h1"' in data
+        srv.settimeout(0.05)
+        with pytest.raises(socket.timeout):
+            srv.recvfrom(4096)                               # asked once
+        srv.sendto(channel.answer("ring.0", {7: 50001}), addr)
+        time.sleep(0.05)
+        assert d.read() == [("ring.0", ["a", "b"])] and d.known["ring.0"] == {7: 50001}
+        assert not d.parked and d.next_timeout() is None
+    finally:
+        d.close()
+        srv.close()
+    assert not os.path.exists(d.me)
+
+
+def test_no_answer_in_time_sends_the_operation_static(tmp_path):
+    d = channel.Decisions(str(tmp_path / "nobody.sock"), 0.01, "h0")     # no helper: the send fails
+    try:
+        d.park("ring.1", "x")
+        assert d.expired(time.time() + 1) == [("ring.1", ["x"])]
+        assert d.known["ring.1"] == {} and d.undecided == {"ring.1"}
+    finally:
+        d.close()
+
+
+def test_weighted_split_is_never_worse_than_static_as_the_view_sees_it():
+    """Any rates on any links (hypothesis): every step's decided placement is predicted to take at most the
+    static step's time, and every flow goes on one of its own connection's QPs."""
+    from hypothesis import given, settings, strategies as st
+    from testbed.collective.weighted_split import step_time
+    scen, topo, model = _fabric()
+    _, ops = scheduled_operations(scen, topo)
+    op = ops["ring.0"]
+    ports = sorted(p.ifindex for sw in topo.switches for p in topo.ports[sw])
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.sampled_from([0.5e6, 2.5e6, 5e6, 10e6, 20e6]), min_size=len(ports), max_size=len(ports)))
+    def check(rates):
+        view = NetworkView(model, {p: LinkSignals(r) for p, r in zip(ports, rates)}, ("util",))
+        moved = WeightedSplit().decide(op, view)
+        qps = op.qp_ports()
+        assert all(moved[f.flow_id] in qps[f.conn] for f in op.flows if f.flow_id in moved)
+        for flows in op.steps().values():
+            assert step_time(flows, moved, view) <= step_time(flows, {}, view) * (1 + 1e-9)
+    check()
