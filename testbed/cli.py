@@ -414,6 +414,11 @@ def schedule(scenario, out, sets):
     scen = _load(scenario, sets)
     if not scen.traffic.runs_collectives:
         raise UserError(f"{scenario}: no collective jobs to export (traffic.jobs, or pattern: allreduce)")
+    adapt = scen.traffic.collective.adapt
+    if adapt is not None and adapt.ring_count > 1:
+        raise UserError(f"{scenario}: traffic.collective.adapt lays out {adapt.ring_count} ring orders per "
+                        f"all-reduce iteration and picks one as it runs; a schedule replays fixed transfers "
+                        f"(export it with --set traffic.collective.adapt=null)")
     transfers = replay.from_collectives(scen.traffic, build(scen.topology), scen.seed)
     replay.write(out, transfers)
     tags = len({t.tag for t in transfers})

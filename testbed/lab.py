@@ -143,7 +143,8 @@ def _remove(name: str, ask_docker: bool = False) -> tuple[int, int | None]:
                 raise
             ctrs = None
     remove_group(name)
-    for sock in LABS_DIR.glob(f"{name}-ctl*.sock"):      # the fabric controller's channel (controller/service.py)
+    # the fabric controller's and the collective helper's channels, and their hosts' ends
+    for sock in [*LABS_DIR.glob(f"{name}-ctl*.sock"), *LABS_DIR.glob(f"{name}-ccl*.sock")]:
         sock.unlink(missing_ok=True)
     state_path(name).unlink(missing_ok=True)
     return len(names), ctrs

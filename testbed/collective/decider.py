@@ -43,7 +43,8 @@ def operations(flows, owner, origins, topo) -> dict:
             continue
         o = origins[t.id]
         op = ops.setdefault(f.adapt, Operation(f.adapt, o.job, o.iteration, o.op))
-        op.flows.append(OpFlow(f.flow_id, o.step, f.size_bytes, f.sport, plan_flow(f, topo), (f.src, f.dst, f.rail)))
+        op.flows.append(OpFlow(f.flow_id, o.step, f.size_bytes, f.sport, plan_flow(f, topo), (f.src, f.dst, f.rail),
+                               o.variant))
     return ops
 
 
@@ -160,22 +161,49 @@ def _serve(o: CollectiveHelper, sock: socket.socket, wfd: int, ready) -> None:
             if fresh:
                 read_at = t
                 signal_rows += _signal_rows(view, o.topo, op)
-            decided[key] = policy.decide(op, view)
-            reader.planned(_bits(op, decided[key], view, ratio))
+            decided[key] = d = policy.decide(op, view)
+            reader.planned(_bits(op, d, view, ratio))
             stats["decisions"] += 1
             stats["decide_s_max"] = max(stats["decide_s_max"], time.monotonic() - t)
-            rows.append({"key": key, "time_s": time.time() - o.origin, "moved": len(decided[key]),
-                         "flows": len(op.flows), "read": view.at})
-        src = {f.flow_id for f in op.flows if f.conn[0] == host}
-        send_to(sock, answer(key, {k: v for k, v in decided[key].items() if k in src}), addr)
-    write_result(wfd, {"rows": rows, "signals": signal_rows, "policy": a.policy, **stats})
+            ran = [f for f in op.flows if d.get(f.flow_id, f.sport) is not None]
+            rows.append({"key": key, "time_s": time.time() - o.origin, "flows": len(ran), "read": view.at,
+                         "moved": sum(1 for f in ran if d.get(f.flow_id, f.sport) != f.sport or f.variant),
+                         "variant": min((f.variant for f in ran), default=None)})
+        d = decided[key]
+        mine = [f for f in op.flows if host in f.conn[:2]]
+        send_to(sock, answer(key, {f.flow_id: d[f.flow_id] for f in mine if f.conn[0] == host
+                                   and d.get(f.flow_id) is not None},
+                             [f.flow_id for f in mine if f.flow_id in d and d[f.flow_id] is None]), addr)
+    write_result(wfd, {"rows": rows, "signals": signal_rows, "policy": a.policy, "ring_orders": ring_orders(ops),
+                       **stats})
+
+
+def ring_orders(ops: dict) -> dict[str, list[list[str]]] | None:
+    """Each job's ring orders as laid out (job → order k's hosts from its first), read from its first
+    operation's first step; None when no job lays out more than one."""
+    out: dict[str, list[list[str]]] = {}
+    for op in ops.values():
+        if op.job in out or op.pattern != "allreduce":
+            continue
+        rings = []
+        for flows in op.variants().values():
+            succ = {f.conn[0]: f.conn[1] for f in flows if f.step == 0}
+            ring = [flows[0].conn[0]]
+            while len(ring) < len(succ):
+                ring.append(succ[ring[-1]])
+            rings.append(ring)
+        out[op.job] = rings
+    return out if any(len(r) > 1 for r in out.values()) else None
 
 
 def _bits(op, moved: dict[int, int], view, ratio) -> dict[int, float]:
     """The bits each link carries for ``op`` as decided (headers included)."""
     out: dict[int, float] = {}
     for f in op.flows:
-        for p in view.path(f.plan, moved.get(f.flow_id, f.sport)):
+        sport = moved.get(f.flow_id, f.sport)
+        if sport is None:                                  # not run
+            continue
+        for p in view.path(f.plan, sport):
             out[p] = out.get(p, 0.0) + f.bytes * 8 * ratio[f.flow_id]
     return out
 

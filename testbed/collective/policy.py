@@ -2,9 +2,9 @@
 
 An ``Operation`` is one iteration of one collective job: its flows (each with its step, bytes and the source
 port of the queue pair it was made for). A ``Policy`` gets the operation and a ``NetworkView`` when the
-operation starts and returns, per flow it changes, the source port it is to be sent with: the path it takes
-(a RoCE QP's UDP source port, a UDP flow's source port). A flow it does not name is sent as the static
-collective would send it.
+operation starts and returns, per flow it changes, the source port it is to be sent with — the path it takes
+(a RoCE QP's UDP source port, a UDP flow's source port) — or None when the flow is not to run (an all-reduce
+laying out several ring orders runs one). A flow it does not name is sent as the static collective would.
 
 Policies register under the entry-point group ``fabric_testbed.collective_policy`` (importlib.metadata; the
 entry point names a ``Policy`` subclass); the built-ins register the same way (pyproject.toml), with the table
@@ -19,7 +19,9 @@ from importlib import metadata
 from typing import ClassVar
 
 GROUP = "fabric_testbed.collective_policy"
-BUILTIN = {"weighted-split": "testbed.collective.weighted_split:WeightedSplit"}
+BUILTIN = {"weighted-split": "testbed.collective.weighted_split:WeightedSplit",
+           "ring-order": "testbed.collective.ring_order:RingOrder",
+           "static": "testbed.collective.static:Static"}
 
 
 class UnknownPolicy(ValueError):
@@ -36,6 +38,7 @@ class OpFlow:
     sport: int
     plan: object
     conn: tuple
+    variant: int = 0          # the ring order it belongs to (adapt.rings > 1; 0: the job's own)
 
 
 @dataclass
@@ -53,6 +56,13 @@ class Operation:
             out[f.step].append(f)
         return dict(sorted(out.items()))
 
+    def variants(self) -> dict[int, list[OpFlow]]:
+        """The flows of each ring order laid out (one, 0, unless adapt.rings > 1)."""
+        out: dict[int, list[OpFlow]] = defaultdict(list)
+        for f in self.flows:
+            out[f.variant].append(f)
+        return dict(sorted(out.items()))
+
     def qp_ports(self) -> dict[tuple, list[int]]:
         """Each connection's queue pairs, by their source ports (in first-seen order)."""
         out: dict[tuple, list[int]] = defaultdict(list)
@@ -63,15 +73,18 @@ class Operation:
 
 
 class Policy:
-    """A collective policy (``traffic.collective.adapt.policy``)."""
+    """A collective policy (``traffic.collective.adapt.policy``). ``picks_rings``: it runs one of several ring
+    orders an all-reduce lays out (``adapt.rings``), skipping the flows of the others."""
     name: ClassVar[str] = ""
+    picks_rings: ClassVar[bool] = False
 
     @classmethod
     def check(cls, scen) -> None:
         """Raise ValueError("@key: why") where the scenario gives this policy nothing to decide."""
 
-    def decide(self, op: Operation, view) -> dict[int, int]:
-        """flow id → the source port to send it with (flows not named keep their own)."""
+    def decide(self, op: Operation, view) -> dict[int, int | None]:
+        """flow id → the source port to send it with, or None: it does not run (a ring order not picked);
+        flows not named are sent from their own QP's port."""
         raise NotImplementedError
 
 

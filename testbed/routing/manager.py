@@ -610,10 +610,18 @@ class _Agent:
             self.errors.append(f"sweep {self.sweeps}: {e}")
             return
         t_read = time.time()
-        # a change the dump shows has its notification queued already (the kernel sends it as the state
-        # changes): take it now, or the re-route would be timed from the port's previous event. It happened
-        # after the loop last drained the watcher, just before this sweep began: timed from the sweep's start
+        # a change the dump shows may have its notification queued: take it now, or the re-route would be timed
+        # from the port's previous event (it came after the loop last drained the watcher: timed from this
+        # sweep's start). Its notification may also not be queued yet — the kernel sends carrier changes from
+        # its deferred linkwatch work, which a busy machine runs late (1.4–1.9 s seen beside a CPU hog): then the
+        # sweep saw the change first, at its start, and the port is marked now
         self._take_events(list(self.sock_sw), t0)
+        for i, up in state.items():
+            if i in self.switch_of and self.state.get(i) != up:
+                self.state[i] = up
+                self._mark(i, up)
+                self.last_event[i] = t0
+                self.local.append({"t": t0, "ifindex": i, "up": up})
         self.sweeps += 1
         self.sweep_s.append(t_read - t0)
         changed = [(i, up) for i, up in state.items() if self.view.get(i) != up]

@@ -304,12 +304,17 @@ def collective_section(scen, got: Collected, traffic: Traffic) -> dict | None:
 
 
 def with_adapt_decisions(rows: list[dict] | None, got: Collected) -> list[dict] | None:
-    """collectives.csv rows with ``adapt_decisions``: the flows of that operation its policy moved to another
-    QP's path (0: decided, nothing moved; empty: never decided)."""
+    """collectives.csv rows with ``adapt_decisions`` (the flows of that operation its policy sent otherwise than
+    the static collective: on another QP's path, or in another ring order; 0: decided, nothing changed; empty:
+    never decided) and ``adapt_ring`` (the ring order it ran, 0 = the job's own)."""
     if rows is None or got.collective is None:
         return rows
-    moved = {r["key"]: r["moved"] for r in got.collective.get("rows", [])}
-    return [dict(r, adapt_decisions=moved.get(f"{r['job']}.{r['iteration']}")) for r in rows]
+    by_key = {r["key"]: r for r in got.collective.get("rows", [])}
+    out = []
+    for r in rows:
+        d = by_key.get(f"{r['job']}.{r['iteration']}", {})
+        out.append(dict(r, adapt_decisions=d.get("moved"), adapt_ring=d.get("variant")))
+    return out
 
 
 def controller_ports(ctl: dict | None) -> dict[int, set[int]]:

@@ -113,6 +113,7 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
         info["t0"] = t0
         info["unknown_packets"] = {h: out.get("unknown_packets", 0) for h, out in outputs.items()}
         info["agent_problems"] = agents.problems
+        info["skipped"] = sorted(f.flow_id for f in flows if outputs[f.src]["send"].get(str(f.flow_id), {}).get("skipped"))
         if timeline_bin_s:
             info["timelines"] = {f.flow_id: outputs[f.dst]["recv"].get(str(f.flow_id), {}).get("timeline")
                                  for f in flows}

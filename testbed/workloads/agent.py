@@ -224,24 +224,35 @@ class Announcer:
             self.sock.close()
 
 
-def _begin(s, now: float, ready: list, decisions) -> None:
+NOT_PICKED = "not run: its collective operation's policy picked another ring order"
+
+
+def _begin(s, now: float, ready: list, decisions) -> int:
     """Start sender ``s`` — unless it belongs to a collective operation that reads the network
-    (``flow.adapt``) and the decision is not known yet: then it waits for it (workloads/collective_channel.py)."""
+    (``flow.adapt``) and the decision is not known yet: then it waits for it (workloads/collective_channel.py).
+    Returns 1 if the decision says the flow does not run (it is done), else 0."""
     key = s.flow.get("adapt")
     if decisions is not None and key is not None:
         if key not in decisions.known:
             decisions.park(key, s)
-            return
-        _start_decided([s], decisions.known[key], now, ready, decisions)
-        return
+            return 0
+        return _start_decided([s], decisions.known[key], now, ready, decisions)
     s.begin(now)
     ready.append(s)
+    return 0
 
 
-def _start_decided(senders, sports: dict, now: float, ready: list, decisions) -> None:
+def _start_decided(senders, sports: dict, now: float, ready: list, decisions) -> int:
     """Start flows of a decided operation from the ports its policy chose (before they send: not a move);
-    ``sports`` empty: sent as the static collective would (no decision in time)."""
+    ``sports`` empty: sent as the static collective would (no decision in time). A flow the decision skips is
+    done at once without sending; returns how many."""
+    skipped = 0
     for s in senders:
+        if s.flow["flow_id"] in decisions.skip:
+            s.flow["skipped"] = True
+            s.abort(NOT_PICKED)
+            skipped += 1
+            continue
         got = sports.get(s.flow["flow_id"])
         if got is not None and got != s.flow["sport"]:
             s.steer(got, count=False)
@@ -249,6 +260,7 @@ def _start_decided(senders, sports: dict, now: float, ready: list, decisions) ->
         s.flow["entropy_from"] = "static" if s.flow["adapt"] in decisions.undecided else "collective"
         s.begin(now)
         ready.append(s)
+    return skipped
 
 
 def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None = None, steering=None,
@@ -280,10 +292,10 @@ def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None 
     while alive:
         now = time.time()
         while starts and starts[0][0] <= now:
-            _begin(heapq.heappop(starts)[2], now, ready, decisions)
+            alive -= _begin(heapq.heappop(starts)[2], now, ready, decisions)
         if decisions is not None and decisions.parked:
             for _key, parked in decisions.expired(now):
-                _start_decided(parked, {}, now, ready, decisions)
+                alive -= _start_decided(parked, {}, now, ready, decisions)
         if now >= give_up:
             break
         if not past_deadline and now >= deadline:
@@ -329,7 +341,7 @@ def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None 
             for fd, _ev in poller.poll(_poll_ms(timeout)):
                 if decisions is not None and fd == decisions.fileno():
                     for key, parked in decisions.read():
-                        _start_decided(parked, decisions.known[key], time.time(), ready, decisions)
+                        alive -= _start_decided(parked, decisions.known[key], time.time(), ready, decisions)
                     continue
                 if steering is not None and fd == steering.fileno():
                     for fid, sport, _why in steering.read():
@@ -417,9 +429,12 @@ def run_job(job: dict) -> dict:
 
     adapt = job.get("adapt")
     decisions = None
+    by_id = {st.flow_id: st for st in states}
     if adapt and any(f.get("adapt") for f in job["send"]):   # a collective that reads the network
         from .collective_channel import Decisions
-        decisions = Decisions(adapt["path"], float(adapt["timeout_s"]), str(job.get("host")))
+        decisions = Decisions(adapt["path"], float(adapt["timeout_s"]), str(job.get("host")),
+                              receivers={f["flow_id"]: (f["adapt"], f.get("variant", 0), by_id[f["flow_id"]])
+                                         for f in job["recv"] if f.get("adapt")})
     gated = [s for s in senders if s.flow.get("after")]
     gate = Gate(gated, job["gate"]) if gated else None
     rx_result: dict = {}
@@ -452,7 +467,8 @@ def run_job(job: dict) -> dict:
         "send": {str(s.flow["flow_id"]): dict(s.stats(), sport=s.flow["sport"],
                                               entropy_from=s.flow.get("entropy_from"),
                                               entropy_first=s.flow.get("entropy_first"),
-                                              entropy_changes=s.flow.get("entropy_changes", 0))
+                                              entropy_changes=s.flow.get("entropy_changes", 0),
+                                              skipped=bool(s.flow.get("skipped")))
                  for s in senders},
         "recv": {str(st.flow_id): _rx_result(st) for st in states},
         "unknown_packets": rx_result.get("unknown", 0),

@@ -1,10 +1,11 @@
-"""The channel between the hosts and the collective helper (collective/decider.py): Unix datagram sockets (path-named, so
-they reach across network namespaces), one JSON object per datagram, version 1.
+"""The channel between the hosts and the collective helper (collective/decider.py): Unix datagram sockets
+(path-named, so they reach across network namespaces), one JSON object per datagram, version 1.
 
   host → helper   {"v": 1, "op": "decide", "key": "<job>.<iteration>", "host": "h3"}
-  helper → host   {"v": 1, "key": "<job>.<iteration>", "sport": {"<flow id>": port, ...}}
+  helper → host   {"v": 1, "key": "<job>.<iteration>", "sport": {"<flow id>": port, ...}, "skip": [flow id, ...]}
 The helper answers with the source port of every flow of that operation the host sends that the policy moved
-(an empty map: send it as the static collective would). ``Decisions`` is the agent's end: the send loop parks a
+(an empty map: send it as the static collective would) and the flows it sends or receives that do not run (the
+ring orders the policy did not pick): the sender drops them, the receiver counts them as done. ``Decisions`` is the agent's end: the send loop parks a
 flow of an operation it has no answer for, asks once per operation and starts the parked flows when the answer
 comes — or, past the timeout, with their own ports (counted). Light: every agent imports it.
 """
@@ -23,14 +24,15 @@ def request(key: str, host: str) -> bytes:
     return json.dumps({"v": VERSION, "op": "decide", "key": key, "host": host}).encode()
 
 
-def answer(key: str, sports: dict[int, int]) -> bytes:
-    return json.dumps({"v": VERSION, "key": key, "sport": {str(k): v for k, v in sports.items()}}).encode()
+def answer(key: str, sports: dict[int, int], skip=()) -> bytes:
+    return json.dumps({"v": VERSION, "key": key, "sport": {str(k): v for k, v in sports.items()},
+                       "skip": sorted(skip)}).encode()
 
 
 class Decisions:
     """A host's end: asks for an operation's decision once, holds the answers and the flows waiting for them."""
 
-    def __init__(self, path: str, timeout_s: float, host: str):
+    def __init__(self, path: str, timeout_s: float, host: str, receivers: dict | None = None):
         self.path, self.timeout_s = path, timeout_s
         self.me = Path(path).with_name(f"{Path(path).stem}-{host}-{os.getpid()}.sock")
         self.host = host
@@ -39,6 +41,9 @@ class Decisions:
         self.sock.bind(str(self.me))
         self.sock.setblocking(False)
         self.known: dict[str, dict[int, int]] = {}
+        self.skip: set[int] = set()                 # flows (sent or received here) that do not run
+        # flow id → (its operation, its ring order, its receive state here: ``skip(now)`` ends it)
+        self.receivers: dict[int, tuple] = dict(receivers or {})
         self.parked: dict[str, list] = {}
         self.asked: dict[str, float] = {}          # key → give-up time
         self.undecided: set[str] = set()            # operations that got no answer in time
@@ -69,22 +74,38 @@ class Decisions:
                 if msg.get("v") != VERSION:
                     continue
                 key = str(msg["key"])
-                self.known[key] = {int(k): int(v) for k, v in msg["sport"].items()}
+                sports = {int(k): int(v) for k, v in msg["sport"].items()}
+                skip = {int(x) for x in msg.get("skip", ())}
+                self.known[key] = sports
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
+            self._skip(skip)
             out.append((key, self.parked.pop(key, [])))
+
+    def _skip(self, fids) -> None:
+        self.skip |= set(fids)
+        now = time.time()
+        for fid in fids:
+            got = self.receivers.pop(fid, None)
+            if got is not None:
+                got[2].skip(now)
 
     def next_timeout(self) -> float | None:
         waiting = [self.asked[k] for k in self.parked if k not in self.known]
         return min(waiting) if waiting else None
 
     def expired(self, now: float) -> list[tuple[str, list]]:
-        """(key, parked items) of operations asked for longer than the timeout: they go undecided (static)."""
+        """(key, parked senders) of operations asked for longer than the timeout: they go undecided (static:
+        each flow on its own QP, the job's own ring order)."""
         out = []
         for key in [k for k in self.parked if k not in self.known and self.asked[k] <= now]:
             self.known[key] = {}
             self.undecided.add(key)
-            out.append((key, self.parked.pop(key)))
+            parked = self.parked.pop(key)
+            # undecided: only the job's own ring order runs (its other orders' flows, here, are skipped)
+            self._skip([fid for fid, (k, v, _) in self.receivers.items() if k == key and v]
+                       + [s.flow["flow_id"] for s in parked if s.flow.get("variant")])
+            out.append((key, parked))
         return out
 
     def close(self) -> None:

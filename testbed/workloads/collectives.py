@@ -20,7 +20,9 @@ of bytes/R (the remainder on rail 0), flow r from the source's NIC r to the dest
 """
 from __future__ import annotations
 
+import math
 import random
+import zlib
 from dataclasses import dataclass
 
 from .flows import Flow, _host_group, derangement, roce_opts, _engine
@@ -35,16 +37,47 @@ class Step:
     last: bool
     pairs: list            # (src, dst, bytes)
     gap_s: float = 0.0     # compute gap to wait before this step (first step of iteration ≥ 1)
+    variants: list | None = None   # per pair: the ring order it belongs to (None: all the job's own, 0)
+
+
+def job_hosts(job, topo) -> list[str]:
+    return list(dict.fromkeys(job.hosts)) if job.hosts else list(topo.hosts)
+
+
+def ring_orders(hosts: list[str], k: int, rng: random.Random) -> list[list[str]]:
+    """``k`` distinct ring orders over ``hosts``: the job's own first, then seeded shuffles (fewer when the hosts
+    have fewer distinct rings: (n − 1)! / 2). What an all-reduce lays out per iteration when a collective policy
+    picks its ring (traffic.collective.adapt.rings), as NCCL builds several rings (channels) at start."""
+    def canon(order):                                  # a ring read from its first host, either way round
+        i = order.index(hosts[0])
+        fwd = order[i:] + order[:i]
+        return min(tuple(fwd), tuple([fwd[0]] + fwd[1:][::-1]))
+    out, seen = [list(hosts)], {canon(list(hosts))}
+    distinct = math.factorial(len(hosts) - 1) // 2 if len(hosts) > 2 else 1
+    while len(out) < min(k, distinct):
+        o = rng.sample(hosts, len(hosts))
+        if canon(o) not in seen:
+            seen.add(canon(o))
+            out.append(o)
+    return out
+
+
+def ring_steps(orders: list[list[str]], nbytes: int) -> tuple[list[list], list[int]]:
+    """A ring all-reduce's 2(N−1) steps laid out over every order at once: (each step's pairs, each pair's
+    order index); a policy runs one order's flows and skips the rest."""
+    n = len(orders[0])
+    chunk = max(1, nbytes // n)
+    pairs = [(o[i], o[(i + 1) % n], chunk) for o in orders for i in range(n)]
+    variants = [v for v in range(len(orders)) for _ in range(n)]
+    return [list(pairs) for _ in range(2 * (n - 1))], variants
 
 
 def steps_of(job, name: str, topo, rng: random.Random) -> list[list]:
-    hosts = list(dict.fromkeys(job.hosts)) if job.hosts else list(topo.hosts)
+    hosts = job_hosts(job, topo)
     n = len(hosts)
     b = job.bytes
     if job.pattern == "allreduce":
-        chunk = max(1, b // n)
-        ring = [(hosts[i], hosts[(i + 1) % n], chunk) for i in range(n)]
-        return [list(ring) for _ in range(2 * (n - 1))]
+        return ring_steps([hosts], b)[0]
     if job.pattern == "all-to-all" and job.algorithm == "pairwise":
         return [[(hosts[i], hosts[(i + k) % n], b) for i in range(n)] for k in range(1, n)]
     if job.pattern == "all-to-all":
@@ -79,6 +112,7 @@ class TransferFlows:
         self.rails = getattr(topo.spec, "rails", 1)
         self.dport = engine.dport if engine.dport is not None else traffic.dport
         self.rng = random.Random(seed + 1)
+        self.seed = seed
         self.next_id = 0
         self.qps = getattr(traffic, "qps_per_connection", 1)
         sport = traffic.sport
@@ -102,25 +136,33 @@ class TransferFlows:
 
 
     def _port(self, qp: tuple) -> int:
+        """A fresh random port per flow, or (persistent) the QP's own: drawn from the seed and the QP alone, so
+        that a QP keeps its port whatever else the schedule lays out."""
+        lo, hi = self.traffic.sport_base, 65536 - 64
         if self.ports is None:
-            return self.rng.randrange(self.traffic.sport_base, 65536 - 64)
+            return self.rng.randrange(lo, hi)
         if qp not in self.ports:
-            self.ports[qp] = self.rng.randrange(self.traffic.sport_base, 65536 - 64)
+            key = ":".join(map(str, (self.seed, *qp))).encode()
+            self.ports[qp] = random.Random(zlib.crc32(key)).randrange(lo, hi)
         return self.ports[qp]
 
 
 def schedule(traffic, topo, seed: int) -> list[list[Step]]:
-    """Rounds of steps (round k = step k of every job still running)."""
+    """Rounds of steps (round k = step k of every job still running). With ``traffic.collective.adapt.rings``
+    k > 1, an all-reduce lays out k ring orders in every step (``Step.variants``), chosen once per job."""
     rng = random.Random(seed)
+    adapt = traffic.collective.adapt
+    rings = adapt.ring_count if adapt is not None else 1
     per_job = []
     for i, job in enumerate(traffic.job_list()):
         name = job.name or f"job{i}"
+        orders = ring_orders(job_hosts(job, topo), rings, rng) if job.pattern == "allreduce" and rings > 1 else None
         seq = []
         for it in range(job.iterations):
-            steps = steps_of(job, name, topo, rng)
+            steps, variants = ring_steps(orders, job.bytes) if orders else (steps_of(job, name, topo, rng), None)
             for k, pairs in enumerate(steps):
                 seq.append(Step(name, it, job.pattern, k, k == len(steps) - 1, pairs,
-                                gap_s=job.gap / 1e9 if (k == 0 and it > 0) else 0.0))
+                                gap_s=job.gap / 1e9 if (k == 0 and it > 0) else 0.0, variants=variants))
         per_job.append(seq)
     rounds = max(len(s) for s in per_job)
     return [[s[r] for s in per_job if r < len(s)] for r in range(rounds)]

@@ -178,6 +178,10 @@ class RxFlow:
     def complete(self) -> bool:
         return self.size is not None and self.bytes >= self.size
 
+    def skip(self, now: float) -> None:
+        """The flow will not run (a collective policy skipped it): done, with nothing to receive."""
+        self.size, self.expected, self.complete_at = 0, 0, now
+
     def finished(self, now: float) -> bool:
         if self.complete or self.eof:
             return True

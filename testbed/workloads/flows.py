@@ -59,6 +59,7 @@ class Flow:
     after: Optional[list[int]] = None   # gated: starts once these flows completed (+ after_delay_s), replay.py
     after_delay_s: float = 0.0
     adapt: Optional[str] = None      # the collective operation ("job.iteration") whose policy picks its port
+    variant: int = 0                 # … and the ring order it belongs to, when the operation lays out several
 
     @property
     def to_rail(self) -> int:

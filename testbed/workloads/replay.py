@@ -174,6 +174,7 @@ class Origin:
     iteration: int
     op: str
     step: int
+    variant: int = 0          # the ring order it belongs to (traffic.collective.adapt.rings; 0: the job's own)
 
 
 def from_collectives(traffic, topo, seed: int, origins: dict | None = None) -> list[Transfer]:
@@ -189,10 +190,11 @@ def from_collectives(traffic, topo, seed: int, origins: dict | None = None) -> l
         for s in rnd:
             tag = s.job if iterations.get(s.job, 1) == 1 else f"{s.job}.{s.iteration}"
             ids = []
-            for src, dst, nbytes in s.pairs:
-                tid = f"{s.job}.{s.iteration}.{s.index}.{src}-{dst}"
+            for i, (src, dst, nbytes) in enumerate(s.pairs):
+                v = s.variants[i] if s.variants else 0
+                tid = f"{s.job}.{s.iteration}.{s.index}.{src}-{dst}" + (f".r{v}" if v else "")
                 out.append(Transfer(tid, src, dst, nbytes, deps=prev.get(s.job, ()), delay_s=s.gap_s, tag=tag))
-                origins[tid] = Origin(s.job, s.iteration, s.op, s.index)
+                origins[tid] = Origin(s.job, s.iteration, s.op, s.index, v)
                 ids.append(tid)
             prev[s.job] = tuple(ids)
     return out
@@ -226,7 +228,7 @@ def flows_of(transfers: list[Transfer], traffic, topo, seed: int, prio=None,
         for f, t in zip(flows, owner):
             o = (origins or {}).get(t.id)
             if o is not None:
-                f.adapt = f"{o.job}.{o.iteration}"
+                f.adapt, f.variant = f"{o.job}.{o.iteration}", o.variant
     return flows, owner
 
 
@@ -288,7 +290,8 @@ class Played:
 def play(transfers: list[Transfer], traffic, topo, seed: int, ns_of, duration_s: float, packet_size: int, *,
          prio=None, origins: dict | None = None, background: bool = False, **run_kw) -> Played:
     """Run a schedule (and, ``background``, the pattern's open-loop flows beside it) in one ``workloads.run``;
-    ``run_kw`` goes to it (sndbuf_bytes, info, origin, check, on_t0, timeline_bin_s)."""
+    ``run_kw`` goes to it (sndbuf_bytes, info, origin, check, on_t0, timeline_bin_s). Flows a collective policy
+    skipped (ring orders it did not pick) are left out of what it returns: they never ran."""
     from . import run
     flows, owner = flows_of(transfers, traffic, topo, seed, prio, origins)
     if background:
@@ -296,5 +299,12 @@ def play(transfers: list[Transfer], traffic, topo, seed: int, ns_of, duration_s:
         with_background(flows, owner, traffic, topo, seed, duration_s)
         for f in flows[n:]:                  # the schedule's flows got it from TransferFlows
             f.prio = prio
+    info = run_kw.get("info")
+    if info is None:
+        info = run_kw["info"] = {}
     results = run(flows, ns_of, duration_s, packet_size, **run_kw)
+    skipped = set(info.get("skipped", ()))          # ring orders a collective policy did not pick: never ran
+    if skipped:
+        keep = [i for i, f in enumerate(flows) if f.flow_id not in skipped]
+        flows, owner, results = [flows[i] for i in keep], [owner[i] for i in keep], [results[i] for i in keep]
     return Played(flows, owner, results, op_rows(owner, results, origins))

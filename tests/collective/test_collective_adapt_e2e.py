@@ -1,12 +1,21 @@
-"""Collectives that read the network, end to end (codesign-degraded.yaml): a ring all-reduce over 4 hosts whose
-2 QPs per connection hash onto a slow spine link (leaf0–spine1 at 2.5 of 10 Mbit/s) in 2 of its 4
-connections. The collective helper reads the running switches' counters at each iteration's start and the
-weighted-split policy sends those connections' flows on their other QP: every iteration finishes much sooner
-than the static collective's, the hosts' senders really took the decided ports (flows.csv), the decisions are
-counted per iteration (collectives.csv adapt_decisions) and what they read is in collective_signals.csv — the
-slow link with its capacity. On the same fabric without the slow link the policy is no worse than static."""
+"""Collectives that read the network, end to end (codesign-degraded.yaml): a ring all-reduce over 4 hosts, 2 QPs
+per connection, on a fabric whose leaf0–spine1 link runs at 2.5 of 10 Mbit/s; with seed 3 two of the ring's
+connections (h0→h2, h1→h3) each hash one QP up that link. The hosts ask the collective helper at each
+iteration's start; it reads the running switches' counters and its policy decides:
+
+- ``weighted-split`` sends those connections' flows on their other QP;
+- ``ring-order`` runs another of the 3 ring orders laid out (one whose ring edges avoid the link).
+
+Each is compared with the ``static`` policy — the same schedule, QPs, ports and helper round trip, no decision:
+every iteration finishes sooner, the hosts' senders really took the decided ports or ring (flows.csv,
+collectives.csv ``adapt_decisions`` and ``adapt_ring``), and what the decisions read is in
+collective_signals.csv. On the same fabric without the slow link both are no worse than static. Seen here over
+7 runs: the static ring 3.98 s for 3 iterations (two QPs share the slow link up: 1.25 Mbit/s each; healthy
+1.00 s), weighted-split 0.25×, ring-order 0.25–0.26× (the issue's goal: ≤ 0.8×); healthy weighted-split 1.00×,
+ring-order 1.01–1.03× (it lays out 3 rings and runs the job's own; goal ≤ 1.05×)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -22,35 +31,46 @@ ROOT = Path(__file__).resolve().parents[2]
 DEGRADED = ROOT / "scenarios" / "codesign-degraded.yaml"
 
 
-def _run(tmp_path, name, *sets):
-    d, row = guarded_run(scenario.load(DEGRADED, list(sets)), tmp_path / name)
+def _run(tmp_path, name, policy, *sets):
+    d, row = guarded_run(scenario.load(DEGRADED, [f"traffic.collective.adapt.policy={policy}", *sets]),
+                         tmp_path / name)
     ops = pd.read_csv(d / "collectives.csv")
     assert len(ops) == 3 and ops["jct_ms"].notna().all(), ops
-    return d, row, ops
+    return d, ops["jct_ms"].sum() * run_had(row), ops
 
 
-def test_weighted_split_leaves_the_slow_link_and_shortens_every_iteration(tmp_path):
-    d, row, adapted = _run(tmp_path, "adapt")
-    _, srow, static = _run(tmp_path, "static", "traffic.collective.adapt=null")
-    ratio = (adapted["jct_ms"].sum() * run_had(row)) / (static["jct_ms"].sum() * run_had(srow))
-    print(f"\n[codesign-degraded] ring JCT ms adaptive {adapted['jct_ms'].round().tolist()}, static "
-          f"{static['jct_ms'].round().tolist()}: ratio {ratio:.2f}")
-    assert ratio <= 0.8
-    assert (adapted["adapt_decisions"] >= 12).all() and "adapt_decisions" not in static
+def test_policies_leave_the_slow_link_and_shorten_every_iteration(tmp_path):
+    _, static, sops = _run(tmp_path, "static", "static")
+    assert (sops["adapt_decisions"] == 0).all() and (sops["adapt_ring"] == 0).all()
+    d, ws, ops = _run(tmp_path, "weighted-split", "weighted-split")
+    dr, ro, rops = _run(tmp_path, "ring-order", "ring-order")
+    print(f"\n[codesign-degraded] ring JCT over 3 iterations: static {static:.0f} ms, weighted-split "
+          f"{ws / static:.2f}×, ring-order {ro / static:.2f}×")
+    assert ws <= 0.35 * static and ro <= 0.35 * static
+
+    assert (ops["adapt_decisions"] == 12).all()               # 2 connections × 6 steps, 1 flow each
     fl = pd.read_csv(d / "flows.csv")
     assert (fl["entropy_from"] == "collective").all() and (fl["entropy_changes"] == 0).all()
-    assert (fl["entropy"] != fl["sport"]).sum() == 0          # sent from the decided port, no move mid-flow
+    moved = fl[(fl["src"].isin(["h0", "h1"])) & (fl["dst"].isin(["h2", "h3"]))]
+    assert moved.groupby(["src", "dst"])["entropy"].nunique().eq(1).all()   # one QP's path carries them all
     sig = pd.read_csv(d / "collective_signals.csv")
     slow = sig[(sig["switch"] == "leaf0") & (sig["peer"] == "spine1")]
-    assert set(sig["iteration"]) == {0, 1, 2} and (slow["capacity_bps"] == 2.5e6).all() and len(slow) == 3
-    man = pd.read_json(d / "manifest.json", typ="series")
-    ca = man["collective_adapt"]
+    assert set(sig["iteration"]) == {0, 1, 2} and len(slow) == 3 and (slow["capacity_bps"] == 2.5e6).all()
+    ca = json.loads((d / "manifest.json").read_text())["collective_adapt"]
     assert ca["decisions"] == 3 and ca["requests"] == 3 * 4 and ca["static_flows"] == 0
 
+    assert (rops["adapt_ring"] == 1).all() and (rops["adapt_decisions"] == 6 * 4 * 2).all()
+    rfl = pd.read_csv(dr / "flows.csv")
+    man = json.loads((dr / "manifest.json").read_text())["collective_adapt"]
+    ring = man["ring_orders"]["ring"][1]                       # only order 1's flows ran: 4 edges × 2 QPs
+    edges = {(ring[i], ring[(i + 1) % 4]) for i in range(4)}
+    assert set(zip(rfl["src"], rfl["dst"])) == edges and len(rfl) == 3 * 6 * 4 * 2 and rfl["complete"].all()
 
-def test_weighted_split_is_no_worse_than_static_on_a_healthy_fabric(tmp_path):
-    _, row, adapted = _run(tmp_path, "adapt", "topology.links=[]")
-    _, srow, static = _run(tmp_path, "static", "topology.links=[]", "traffic.collective.adapt=null")
-    ratio = (adapted["jct_ms"].sum() * run_had(row)) / (static["jct_ms"].sum() * run_had(srow))
-    print(f"\n[codesign-degraded, healthy] ring JCT ratio adaptive/static {ratio:.2f}")
-    assert ratio <= 1.05
+
+def test_policies_are_no_worse_than_static_on_a_healthy_fabric(tmp_path):
+    _, static, _ = _run(tmp_path, "static", "static", "topology.links=[]")
+    _, ws, _ = _run(tmp_path, "weighted-split", "weighted-split", "topology.links=[]")
+    _, ro, rops = _run(tmp_path, "ring-order", "ring-order", "topology.links=[]")
+    print(f"\n[codesign-degraded, healthy] ring JCT: static {static:.0f} ms, weighted-split {ws / static:.2f}×, "
+          f"ring-order {ro / static:.2f}×")
+    assert ws <= 1.05 * static and ro <= 1.05 * static and (rops["adapt_ring"] == 0).all()

@@ -68,7 +68,7 @@ def _slow(topo):
 
 
 def test_weighted_split_takes_the_flows_off_the_slow_link_of_codesign_degraded():
-    """seed 6: the ring's h1→h3 and h3→h0 each have one of their 2 QPs across leaf0–spine1 (2.5 of 10 Mbit/s);
+    """seed 3: the ring's h0→h2 and h1→h3 each have one of their 2 QPs up leaf0–spine1 (2.5 of 10 Mbit/s);
     the policy sends every flow of those connections on the other QP, and no flow on the slow link."""
     scen, topo, model = _fabric()
     _, ops = scheduled_operations(scen, topo)
@@ -76,7 +76,7 @@ def test_weighted_split_takes_the_flows_off_the_slow_link_of_codesign_degraded()
     op, view, slow = ops["ring.0"], _view(topo, model), _slow(topo)
     assert len(op.flows) == 2 * 3 * 4 * 2                   # 2(N−1) steps × 4 ring edges × 2 QPs
     on_slow = [f for f in op.flows if set(view.path(f.plan, f.sport)) & slow]
-    assert {f.conn[:2] for f in on_slow} == {("h1", "h3"), ("h3", "h0")} and len(on_slow) == 12
+    assert {f.conn[:2] for f in on_slow} == {("h0", "h2"), ("h1", "h3")} and len(on_slow) == 12
     moved = WeightedSplit().decide(op, view)
     assert not [f for f in op.flows if set(view.path(f.plan, moved.get(f.flow_id, f.sport))) & slow]
     qps = op.qp_ports()
@@ -149,6 +149,11 @@ def test_wire_ratio_counts_every_packets_headers():
     assert wire_ratio(flows[0], scen.packet_size) == pytest.approx((1024 + 14 + 28 + 12 + 4) / 1024)
 
 
+class _Sender:
+    def __init__(self, fid, variant=0):
+        self.flow = {"flow_id": fid, "variant": variant}
+
+
 def _helper(tmp_path):
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     path = str(tmp_path / "ccl.sock")
@@ -160,8 +165,9 @@ def test_the_host_asks_once_per_operation_and_starts_what_waited(tmp_path):
     srv, path = _helper(tmp_path)
     d = channel.Decisions(path, 1.0, "h1")
     try:
-        d.park("ring.0", "a")
-        d.park("ring.0", "b")
+        a, b = _Sender(1), _Sender(2)
+        d.park("ring.0", a)
+        d.park("ring.0", b)
         data, addr = srv.recvfrom(4096)
         assert srv.getblocking() and d.next_timeout() is not None
         assert b'"key": "ring.0"' in data and b'"host": "h1"' in data
@@ -170,7 +176,7 @@ def test_the_host_asks_once_per_operation_and_starts_what_waited(tmp_path):
             srv.recvfrom(4096)                               # asked once
         srv.sendto(channel.answer("ring.0", {7: 50001}), addr)
         time.sleep(0.05)
-        assert d.read() == [("ring.0", ["a", "b"])] and d.known["ring.0"] == {7: 50001}
+        assert d.read() == [("ring.0", [a, b])] and d.known["ring.0"] == {7: 50001}
         assert not d.parked and d.next_timeout() is None
     finally:
         d.close()
@@ -179,11 +185,18 @@ def test_the_host_asks_once_per_operation_and_starts_what_waited(tmp_path):
 
 
 def test_no_answer_in_time_sends_the_operation_static(tmp_path):
-    d = channel.Decisions(str(tmp_path / "nobody.sock"), 0.01, "h0")     # no helper: the send fails
+    """Static: every flow on its own QP, and only the job's own ring order — the flows of the others laid out,
+    sent or received here, are skipped."""
+    st = {5: _State(), 6: _State(), 7: _State()}
+    d = channel.Decisions(str(tmp_path / "nobody.sock"), 0.01, "h0",     # no helper: the send fails
+                          receivers={5: ("ring.1", 0, st[5]), 6: ("ring.1", 2, st[6]), 7: ("ring.2", 1, st[7])})
     try:
-        d.park("ring.1", "x")
-        assert d.expired(time.time() + 1) == [("ring.1", ["x"])]
-        assert d.known["ring.1"] == {} and d.undecided == {"ring.1"}
+        x, y = _Sender(1), _Sender(2, variant=1)
+        d.park("ring.1", x)
+        d.park("ring.1", y)
+        assert d.expired(time.time() + 1) == [("ring.1", [x, y])]
+        assert d.known["ring.1"] == {} and d.undecided == {"ring.1"} and d.skip == {2, 6}
+        assert st[6].at is not None and st[5].at is None and st[7].at is None
     finally:
         d.close()
 
@@ -208,3 +221,80 @@ def test_weighted_split_is_never_worse_than_static_as_the_view_sees_it():
         for flows in op.steps().values():
             assert step_time(flows, moved, view) <= step_time(flows, {}, view) * (1 + 1e-9)
     check()
+
+
+def test_ring_orders_are_distinct_rings_the_jobs_own_first():
+    import random
+    from testbed.workloads.collectives import ring_orders
+    hosts = ["h0", "h2", "h1", "h3"]
+    orders = ring_orders(hosts, 5, random.Random(1))
+    assert orders[0] == hosts and len(orders) == 3            # 4 hosts make (4 − 1)! / 2 = 3 distinct rings
+
+    def edges(o):
+        return {frozenset((o[i], o[(i + 1) % len(o)])) for i in range(len(o))}
+    assert len({frozenset(edges(o)) for o in orders}) == 3   # none is another read backwards or rotated
+    assert ring_orders(hosts, 1, random.Random(1)) == [hosts]
+
+
+def test_ring_order_lays_out_every_order_and_runs_the_one_the_view_finishes_first():
+    """codesign-degraded (seed 3) with ring-order: each iteration lays out 3 rings × 6 steps × 4 edges × 2 QPs;
+    the job's own order sends 2 QPs up the slow link in every step, order 1 none: order 1 runs, the others'
+    flows are skipped. On the healthy fabric all orders tie and the job's own runs."""
+    from testbed.collective.ring_order import RingOrder
+    scen, topo, model = _fabric(sets=["traffic.collective.adapt.policy=ring-order"])
+    _, ops = scheduled_operations(scen, topo)
+    op = ops["ring.1"]
+    assert len(op.flows) == 3 * 6 * 4 * 2 and sorted(op.variants()) == [0, 1, 2]
+    assert len({f.flow_id for f in op.flows}) == len(op.flows)
+    d = RingOrder().decide(op, _view(topo, model))
+    assert set(d.values()) == {None} and {f.variant for f in op.flows if f.flow_id not in d} == {1}
+    healthy = _fabric(sets=["traffic.collective.adapt.policy=ring-order", "topology.links=[]"])
+    assert RingOrder().decide(op, _view(healthy[1], healthy[2])) == {f.flow_id: None for f in op.flows if f.variant}
+
+
+def test_static_and_ring_order_keep_each_qps_port():
+    """A QP's port comes from the seed and the QP alone: the static policy's flows, the job's own ring under
+    ring-order and weighted-split's own QPs all use the same ports, so runs compare like with like."""
+    ports = {}
+    for policy in ("static", "ring-order", "weighted-split"):
+        scen, topo, _ = _fabric(sets=[f"traffic.collective.adapt.policy={policy}"])
+        _, ops = scheduled_operations(scen, topo)
+        ports[policy] = {f.conn: f.sport for f in ops["ring.0"].flows if f.variant == 0 and f.step == 0}
+    assert ports["static"] == ports["ring-order"] == ports["weighted-split"]
+
+
+@pytest.mark.parametrize("sets,match", [
+    (["traffic.collective.adapt.rings=3"], r"adapt.rings: policy weighted-split sends the job's own ring"),
+    (["traffic.collective.adapt.policy=ring-order", "traffic.collective.adapt.rings=1"],
+     r"adapt.rings: ring-order picks among ring orders: give 2 or more"),
+    (["traffic.collective.adapt.policy=ring-order", "traffic.jobs=[{pattern: all-to-all, bytes: 64KB}]"],
+     r"adapt.policy: ring-order picks the ring of all-reduce jobs"),
+])
+def test_ring_keys_refused_in_one_line(sets, match):
+    with pytest.raises(ScenarioError, match=match):
+        scenario.load(DEGRADED, sets)
+
+
+class _State:
+    def __init__(self):
+        self.at = None
+
+    def skip(self, now):
+        self.at = now
+
+
+def test_a_skip_in_the_answer_ends_the_hosts_receive_states(tmp_path):
+    srv, path = _helper(tmp_path)
+    st = {5: _State(), 6: _State()}
+    d = channel.Decisions(path, 1.0, "h2", receivers={k: ("ring.0", 1, v) for k, v in st.items()})
+    try:
+        x = _Sender(9, variant=1)
+        d.park("ring.0", x)
+        _, addr = srv.recvfrom(4096)
+        srv.sendto(channel.answer("ring.0", {}, [5, 9]), addr)
+        time.sleep(0.05)
+        assert d.read() == [("ring.0", [x])] and d.skip == {5, 9}
+        assert st[5].at is not None and st[6].at is None
+    finally:
+        d.close()
+        srv.close()

@@ -129,7 +129,8 @@ def test_swift_and_timely_share_a_7_to_1_incast_and_every_flow_completes(tmp_pat
     """scenarios/uec-cc-compare.yaml's incast: h1…h7 → h0, 256 KB each over a 10 Mbit/s host link (ideal 7 × 256 KB
     ÷ 10 Mbit/s = 1.47 s). Swift used to starve 4 of the 7 (RTT samples taken when a sender paced below a packet per
     RTT next woke up, not when the ACK came: windows fell below a packet and stayed there), TIMELY to complete
-    0.5 of 7 (a rate cut per NAK and per spurious timeout down to its floor). Bounds: docs/transport.md's 20-run table;
+    0.5 of 7 (a rate cut per NAK and per spurious timeout down to its floor). Bounds: docs/transport.md's 20-run table
+(timely's tail: a timeout or two after its drops);
     swift's Jain fell to 0.948 once in 29 runs (a CI rehearsal: one flow of 7 at 2.55 Mbit/s, the others
     1.35–1.82), hence 0.94 here — the 0.95 bound is for two flows on one bottleneck, asserted above. hpcc and nscc
     run the same incast for its last check: every run without a drop resends ≤ 1 % of its packets in vain
@@ -159,7 +160,9 @@ def test_swift_and_timely_share_a_7_to_1_incast_and_every_flow_completes(tmp_pat
     assert {"swift", "hpcc", "nscc"} <= set(lossless), sorted(lossless)   # timely: a few drops some runs
     for cc, (flows, row) in lossless.items():
         assert_few_spurious(flows, row, f"incast 7→1 {cc}")
-    assert max(ratio.values()) <= 1.3, ratio
+    # swift 1.04–1.08 × ideal, timely 1.13–1.19 (its drops); timely 1.33 once beside the FTB_STRESS hog, two of
+    # its flows timing out after 264 drops (each waits one RTO, ~0.2 s here)
+    assert ratio["swift"] <= 1.15 and ratio["timely"] <= 1.4, ratio
 
 
 # ---------------------------------------------------------------- one degraded spine link

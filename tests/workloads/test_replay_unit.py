@@ -236,6 +236,10 @@ def test_schedule_command_writes_the_export_or_refuses_in_one_line(tmp_path):
     r = run_cli("schedule", str(ROOT / "scenarios" / "default.yaml"), "--out", str(tmp_path / "x.csv"))
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0 and "no collective jobs" in r.stderr
     assert not (tmp_path / "x.csv").exists()
+    r = run_cli("schedule", str(ROOT / "scenarios" / "codesign-degraded.yaml"), "--out", str(tmp_path / "y.csv"),
+                "--set", "traffic.collective.adapt.policy=ring-order")
+    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0 and "lays out 3 ring orders" in r.stderr
+    assert not (tmp_path / "y.csv").exists()
 
 
 def test_poisson_background_beside_collective_jobs():

@@ -270,6 +270,17 @@ class Responder:
     def complete(self) -> bool:
         return self.complete_at is not None
 
+    def skip(self, now: float) -> None:
+        """The flow will not run (a collective policy skipped it): complete now, announced as any completion."""
+        with self.ep.lock:
+            if self.complete_at is not None:
+                return
+            self.complete_at = now
+            if self.unsolicited is not None:
+                self.ep.pacer.stop(self)              # no credits for a flow that will not come
+        if self.on_complete is not None:
+            self.on_complete(self)
+
     def finished(self, now: float) -> bool:
         if self.complete:
             return True
