@@ -323,6 +323,8 @@ def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None 
                 if steering is not None:
                     steering.end(ctl_path, [s.flow["flow_id"]])
         ready = again
+        if decisions is not None and decisions.to_end:     # after the decided flows' first burst went out
+            decisions.end_skipped()
         if not alive:
             break
         asking = decisions is not None and bool(decisions.parked)

@@ -44,6 +44,7 @@ class Decisions:
         self.skip: set[int] = set()                 # flows (sent or received here) that do not run
         # flow id → (its operation, its ring order, its receive state here: ``skip(now)`` ends it)
         self.receivers: dict[int, tuple] = dict(receivers or {})
+        self.to_end: list = []                      # receive states of skipped flows, not ended yet
         self.parked: dict[str, list] = {}
         self.asked: dict[str, float] = {}          # key → give-up time
         self.undecided: set[str] = set()            # operations that got no answer in time
@@ -83,12 +84,20 @@ class Decisions:
             out.append((key, self.parked.pop(key, [])))
 
     def _skip(self, fids) -> None:
+        """Flows that do not run: senders check ``skip`` as they start; the receive states here are ended by
+        ``end_skipped``, which the agent calls once it has started the operation's flows (ending a RoCE
+        responder takes its endpoint's lock, which the receive thread holds while it drains)."""
         self.skip |= set(fids)
-        now = time.time()
         for fid in fids:
             got = self.receivers.pop(fid, None)
             if got is not None:
-                got[2].skip(now)
+                self.to_end.append(got[2])
+
+    def end_skipped(self) -> None:
+        now = time.time()
+        for st in self.to_end:
+            st.skip(now)
+        self.to_end.clear()
 
     def next_timeout(self) -> float | None:
         waiting = [self.asked[k] for k in self.parked if k not in self.known]

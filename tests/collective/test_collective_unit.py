@@ -196,6 +196,8 @@ def test_no_answer_in_time_sends_the_operation_static(tmp_path):
         d.park("ring.1", y)
         assert d.expired(time.time() + 1) == [("ring.1", [x, y])]
         assert d.known["ring.1"] == {} and d.undecided == {"ring.1"} and d.skip == {2, 6}
+        assert st[6].at is None                               # ended once the operation's flows have started
+        d.end_skipped()
         assert st[6].at is not None and st[5].at is None and st[7].at is None
     finally:
         d.close()
@@ -294,6 +296,7 @@ def test_a_skip_in_the_answer_ends_the_hosts_receive_states(tmp_path):
         srv.sendto(channel.answer("ring.0", {}, [5, 9]), addr)
         time.sleep(0.05)
         assert d.read() == [("ring.0", [x])] and d.skip == {5, 9}
+        d.end_skipped()
         assert st[5].at is not None and st[6].at is None
     finally:
         d.close()
