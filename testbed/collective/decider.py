@@ -2,9 +2,9 @@
 
 It knows the run's collective flows (the schedule is deterministic: the same flows the traffic makes) grouped
 into operations (policy.Operation, one per job iteration). When the first host of an operation asks
-(channel.py), it reads the switch program's counters into a NetworkView (view.py; at most every
-``adapt.interval``, else the last reading), runs the policy, keeps the decision, and answers every host of the
-operation from it. Its results: one row per operation (the flows the policy moved: collectives.csv
+(workloads/collective_channel.py), it reads the switch program's counters into a NetworkView (view.py; at most
+every ``adapt.interval``, else the last reading), runs the policy, keeps the decision, and answers every host of
+the operation from it. Its results: one row per operation (the flows the policy moved: collectives.csv
 ``adapt_decisions``), the signals each decision read (``collective_signals.csv``) and counts for the manifest.
 """
 from __future__ import annotations
@@ -20,7 +20,6 @@ from ..helper import SocketHelper, next_message, send_to, write_result
 from ..workloads.collective_channel import VERSION, answer
 from .view import NetworkView, PortReading, signals_between
 
-PROTO = {"udp": 17, "tcp": 6, "rocev2": 17}
 WIRE_HDR = {"udp": 14 + 28 + 20, "rocev2": 14 + 28 + 12 + 4}   # Ethernet + IP/UDP + the engine's own header
 
 

@@ -5,9 +5,10 @@
   helper → host   {"v": 1, "key": "<job>.<iteration>", "sport": {"<flow id>": port, ...}, "skip": [flow id, ...]}
 The helper answers with the source port of every flow of that operation the host sends that the policy moved
 (an empty map: send it as the static collective would) and the flows it sends or receives that do not run (the
-ring orders the policy did not pick): the sender drops them, the receiver counts them as done. ``Decisions`` is the agent's end: the send loop parks a
-flow of an operation it has no answer for, asks once per operation and starts the parked flows when the answer
-comes — or, past the timeout, with their own ports (counted). Light: every agent imports it.
+ring orders the policy did not pick): the sender drops them, the receiver counts them as done. ``Decisions`` is
+the agent's end: the send loop parks a flow of an operation it has no answer for, asks once per operation and
+starts the parked flows when the answer comes — or, past the timeout, with their own ports (counted). Light:
+every agent imports it.
 """
 from __future__ import annotations
 
