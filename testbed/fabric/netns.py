@@ -266,22 +266,27 @@ def run_in(name: str, fn: Callable[..., T], *args, **kwargs) -> T:
 
 
 def wait_running(name: str, ifname: str, timeout_s: float = 5.0) -> None:
-    """Wait until ``ifname`` in ``name`` is IFF_RUNNING. Carrier-on reaches the qdisc through the kernel's
-    linkwatch work: until it runs, the device's queue is the noop qdisc, which drops every packet yet reports
-    success to the sender — a busy machine delays that work by milliseconds."""
+    """Wait until ``ifname`` in ``name`` is IFF_RUNNING and its queue is no longer the noop qdisc. Carrier-on
+    reaches the qdisc through the kernel's linkwatch work: until it runs, the device's queue is the noop qdisc,
+    which drops every packet yet reports success to the sender — a busy machine delays that work by
+    milliseconds, and the work sets the running flag a moment before it attaches the real qdisc."""
+    from pyroute2 import IPRoute
+
     def poll():
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        ip = IPRoute()
         try:
             end = time.monotonic() + timeout_s
             while True:
                 req = struct.pack("16sH14x", ifname.encode(), 0)
                 flags = struct.unpack("16sH14x", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, req))[1]
-                if flags & IFF_RUNNING:
+                if flags & IFF_RUNNING and ip.get_links(ifname=ifname)[0].get_attr("IFLA_QDISC") != "noop":
                     return
                 if time.monotonic() > end:
                     raise NetnsError(f"{name}: {ifname} has no carrier after {timeout_s:g} s")
                 time.sleep(0.001)
         finally:
+            ip.close()
             s.close()
     run_in(name, poll)
 

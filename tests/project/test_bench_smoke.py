@@ -181,7 +181,9 @@ def test_fat_tree_k16_builds_within_its_goal_of_the_same_run_floor():
     compile after the build 1.88-1.92x; medians of 5 (4 test runs) up 1.2-1.30x with one just above the goal of
     1.3 (1.16-1.35 in that run), down 0.90-1.2x. Up is asserted on the best of the runs: the compile needs the
     second core, and another process only ever adds time (beside stress-ng taking half a core the median rose to
-    1.39x, runs 1.32-1.60x, while the best stayed 1.32x); the bench prints the median's verdict."""
+    1.39-1.51x, runs 1.32-1.60x). A run in which other processes computed on ≥ 0.15 of a core is disturbed (the
+    bench says so) and its overlapped up is not judged; when every run is, the single-threaded fabric+attach
+    ratio is (0.92-1.38x beside the hog, best 0.92-0.98x). The bench prints the median's verdict."""
     out = io.StringIO()
     try:
         [r] = bench.print_build(["ft16"], repeat=3, out=out)
@@ -189,8 +191,13 @@ def test_fat_tree_k16_builds_within_its_goal_of_the_same_run_floor():
         leftovers = bench.bench_namespaces()
     assert leftovers == []
     assert r.namespaces == 1344 and r.veths == 3072 and r.hosts == 1024
-    (up_median, up, _), down = r.ratio_median("up"), r.ratio_median("down")[0]
-    assert up <= 1.35, out.getvalue()
+    (up_median, _, _), down = r.ratio_median("up"), r.ratio_median("down")[0]
+    quiet = [x.ratios()["up"] for x in r.runs if not x.disturbed]
+    if quiet:
+        assert min(quiet) <= 1.35, out.getvalue()
+    else:            # every run had the overlap's second core taken (e.g. FTB_STRESS's hog): the build alone
+        print(f"\n[ft16] all {len(r.runs)} runs disturbed by other processes: judged on fabric+attach")
+        assert r.ratio_median("up_fabric")[1] <= 1.35, out.getvalue()
     assert down <= 1.35, out.getvalue()
     assert up_median < r.ratio_median("up_sequential")[0], out.getvalue()   # the compile overlaps the build
     assert "goal: <= 1.3x the same-run floor -> up" in out.getvalue()

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +57,18 @@ def fabric_rx_bytes(d) -> float:
 def no_mpi_processes() -> list[str]:
     out = subprocess.run(["pgrep", "-af", f"orted|{launcher.RANK_PROGRAM}"], capture_output=True, text=True).stdout
     return [ln for ln in out.splitlines() if "pgrep" not in ln]
+
+
+def descends(pid: int, ancestor: int) -> bool:
+    """Whether ``pid`` is ``ancestor``'s descendant (a rank of this test's run, not of another on the machine)."""
+    while pid > 1:
+        try:
+            pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == ancestor:
+            return True
+    return False
 
 
 @pytest.mark.parametrize("bench,factor", [("allreduce", 2 * 3 / 4), ("alltoall", 3 / 4)])
@@ -114,10 +127,16 @@ def test_a_rank_killed_mid_run_fails_the_run_in_one_line_naming_its_host(tmp_pat
                 env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
             except OSError:
                 continue
-            if b"OMPI_COMM_WORLD_RANK=2" in env and str(launcher.RANK_PROGRAM) in line:
-                victim = pid
+            if b"OMPI_COMM_WORLD_RANK=2" in env and str(launcher.RANK_PROGRAM) in line and descends(pid, proc.pid):
+                victim, tmpdir = pid, Path(next(e for e in env if e.startswith(b"TMPDIR=")).decode()[7:])
         time.sleep(0.2)
-    assert victim is not None, "rank 2 never started"
+    if victim is None:
+        proc.kill()
+        _, err = proc.communicate(timeout=60)
+        pytest.fail(f"rank 2 never started (run exit {proc.returncode}): {err[-2000:]}")
+    # h2's daemon keeps its session in a directory of its own, apart from mpirun's (they raced in one)
+    assert tmpdir.name == "h2" and list(tmpdir.glob("ompi.*/jf.*")), tmpdir
+    assert {p.name for p in tmpdir.parent.iterdir()} == {"mpirun", "h0", "h1", "h2", "h3"}
     time.sleep(1.0)
     line, _ = killed_run_error(proc, victim)
     assert "mpi: rank 2 on h2 failed" in line, line

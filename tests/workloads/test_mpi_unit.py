@@ -152,5 +152,5 @@ def test_the_rsh_agent_enters_the_hosts_namespace_with_a_session_directory_of_it
     agent = launcher.agent_script(tmp_path / "agent.sh", {"h0": "ftb-x-h0", "h1": "ftb-x-h1"}, tmp_path / "s")
     text = agent.read_text()
     assert os.access(agent, os.X_OK)
-    assert 'h1) ns="/run/netns/ftb-x-h1" ;;' in text and 'OMPI_MCA_orte_tmpdir_base="' + str(tmp_path / "s") in text
+    assert 'h1) ns="/run/netns/ftb-x-h1" ;;' in text and 'TMPDIR="' + str(tmp_path / "s") in text
     assert text.rstrip().endswith('nsenter --net="$ns" sh -c "$*"')

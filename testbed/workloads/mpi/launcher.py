@@ -189,12 +189,14 @@ def agent_script(path: Path, ns_of: dict[str, str], session: Path) -> Path:
     """The rsh agent mpirun calls as ``agent HOST COMMAND…``: runs COMMAND in HOST's namespace with sh, as ssh's
     remote shell would, with a session directory of HOST's own under ``session`` (every "node" has this machine's
     hostname and /tmp: the daemons' default session directories collide, and one's clean-up broke another's
-    start in 1 of 9 runs)."""
+    start in 1 of 9 runs). The directory is given as TMPDIR, never as the MCA parameter orte_tmpdir_base: mpirun
+    forwards that one on every daemon's command line, where it overrides the agent's, and a daemon and mpirun
+    then raced to create the same job directory (1 in 12 runs beside a CPU hog)."""
     cases = "\n".join(f'  {h}) ns="{netns.path(ns)}" ;;' for h, ns in ns_of.items())
     path.write_text(f'#!/bin/sh\n# mpirun\'s rsh agent for this run: enter the host\'s network namespace\n'
                     f'host="$1"; shift\ncase "$host" in\n{cases}\n  *) echo "no host $host" >&2; exit 1 ;;\nesac\n'
                     f'mkdir -p "{session}/$host"\n'
-                    f'exec env OMPI_MCA_orte_tmpdir_base="{session}/$host" nsenter --net="$ns" sh -c "$*"\n')
+                    f'exec env TMPDIR="{session}/$host" nsenter --net="$ns" sh -c "$*"\n')
     path.chmod(0o755)
     return path
 
@@ -264,7 +266,7 @@ def run(mgmt: MgmtNet, argv: list[str], hosts: list[str], log_dir: Path, report:
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / "mpirun.log"
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_orte_tmpdir_base=str(mgmt.session / "mpirun"))
+               TMPDIR=str(mgmt.session / "mpirun"))     # not orte_tmpdir_base: agent_script says why
     (mgmt.session / "mpirun").mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         proc = netns.spawn(mgmt.ns, argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
