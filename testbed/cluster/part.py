@@ -161,6 +161,12 @@ class Part:
             self.relay.start(remote or {})
         self.agents.hand_jobs(jobs)
 
+    def agents_bound(self, deadline: float) -> None:
+        self.agents.wait_bound(deadline)
+
+    def agents_go(self, t0: float) -> None:
+        self.agents.start(t0)
+
     def agents_collect(self, deadline: float, timeout_s: float) -> dict:
         return self.agents.collect(deadline, timeout_s, self.check)
 

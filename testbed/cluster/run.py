@@ -139,6 +139,8 @@ class RemoteAgents:
     """workloads.agent_set.AgentSet's interface over the machines: each machine's actor runs the agents of its own
     hosts; jobs and results travel through Ray."""
 
+    start_latency_s = 0.1        # a Ray call to every machine's actor carries the start lines
+
     def __init__(self, parts: Parts, machine_of: dict[str, int], hosts: list[str]):
         self.parts, self.machine_of = parts, machine_of
         self.by_machine: dict[int, list[str]] = {}
@@ -180,6 +182,12 @@ class RemoteAgents:
                     for ps in j.get("notify", {}).values() for p in ps}
             return mine, {h: endpoints[self.machine_of[h]] for h in told if self.machine_of[h] != i}
         self._each("agents_jobs", job_of)
+
+    def wait_bound(self, deadline: float) -> None:
+        self._each("agents_bound", lambda i: (deadline,))
+
+    def start(self, t0: float) -> None:
+        self._each("agents_go", lambda i: (t0,))
 
     def collect(self, deadline: float, timeout_s: float, check: Callable[[], None] | None = None) -> dict:
         """Every machine's agents' results; the first machine that fails (its agents, a helper, its actor)

@@ -25,10 +25,11 @@ from .flows import Flow, derangement, offered_mbps, plan
 from .gating import Dependencies, gates_dir
 from .results import FlowResult, flow_result
 
+START_MARGIN_S = 0.05       # from the last agent bound to t0, + 2 ms per agent for writing the start lines
 DEFAULT_SNDBUF = 212992     # net.core.wmem_default: what one socket would get, shared by a host's UDP senders
 
 
-def _jobs(flows: list[Flow], hosts: list[str], t0: float, duration_s: float, packet_size: int, grace_s: float,
+def _jobs(flows: list[Flow], hosts: list[str], duration_s: float, packet_size: int, grace_s: float,
           drain_s: float, sndbuf_bytes: Optional[int], timeline_bin_s: Optional[float] = None,
           deps: Optional[Dependencies] = None, gates: str = "", controller: Optional[dict] = None,
           adapt: Optional[dict] = None) -> dict[str, dict]:
@@ -37,7 +38,7 @@ def _jobs(flows: list[Flow], hosts: list[str], t0: float, duration_s: float, pac
     for f in flows:
         by_src[f.src].append(f.to_dict())
         by_dst[f.dst].append(f.to_dict())
-    jobs = {h: {"host": h, "t0": t0, "duration_s": duration_s, "packet_size": packet_size, "grace_s": grace_s,
+    jobs = {h: {"host": h, "duration_s": duration_s, "packet_size": packet_size, "grace_s": grace_s,
                 "drain_s": drain_s, "sndbuf_bytes": sndbuf_bytes, "send": by_src[h], "recv": by_dst[h],
                 "timeline_bin_s": timeline_bin_s, "controller": controller, "adapt": adapt}
             for h in hosts}
@@ -53,7 +54,7 @@ def _jobs(flows: list[Flow], hosts: list[str], t0: float, duration_s: float, pac
 
 def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packet_size: int,
         timeout_s: Optional[float] = None, *, grace_s: float = 2.0, drain_s: float = 0.3,
-        sndbuf_bytes: Optional[int] = DEFAULT_SNDBUF, start_margin_s: Optional[float] = None,
+        sndbuf_bytes: Optional[int] = DEFAULT_SNDBUF,
         info: Optional[dict] = None, origin: Optional[float] = None,
         check: Optional[Callable[[], None]] = None, on_t0: Optional[Callable[[float], None]] = None,
         timeline_bin_s: Optional[float] = None, containers: Optional[dict] = None,
@@ -97,17 +98,20 @@ def run(flows: list[Flow], ns_of: Callable[[str], str], duration_s: float, packe
             gates = stack.enter_context(tempfile.TemporaryDirectory(prefix="run-", dir=gates_dir()))
         agents = stack.enter_context(agent_set(hosts, ns_of, containers))
         agents.wait_ready(hard_end, t_begin)
-        # t0 shortly after now: every agent only has to parse its job and bind its sockets
-        t0 = time.time() + (start_margin_s if start_margin_s is not None else 0.15 + 0.01 * len(hosts))
+        agents.hand_jobs(_jobs(flows, hosts, duration_s, packet_size, grace_s, drain_s, sndbuf_bytes,
+                               timeline_bin_s, deps, gates, controller, adapt))
+        # t0 once every agent has bound its receivers and opened its senders (however long a busy machine took
+        # to parse the jobs): the start line only has to reach them
+        agents.wait_bound(hard_end)
+        t0 = time.time() + START_MARGIN_S + 0.002 * len(hosts) + agents.start_latency_s
         if on_t0 is not None:
             on_t0(t0)
-        agents.hand_jobs(_jobs(flows, hosts, t0, duration_s, packet_size, grace_s, drain_s, sndbuf_bytes,
-                               timeline_bin_s, deps, gates, controller, adapt))
+        agents.start(t0)
         outputs = agents.collect(hard_end, timeout_s, check)
     for host, out in outputs.items():
-        late = out.get("bound_at", 0) - t0
+        late = out.get("started_at", 0) - t0
         if late > 0:
-            logging.getLogger(__name__).warning("traffic agent on %s bound its receivers %.3f s after t0", host,
+            logging.getLogger(__name__).warning("traffic agent on %s read its start line %.3f s after t0", host,
                                                 late)
     if info is not None:
         info["t0"] = t0

@@ -3,17 +3,21 @@
 Protocol on stdio (the orchestrator is ``testbed.workloads.run``):
   1. the agent prints ``{"ready": pid}`` as soon as Python has started (so t0 can be chosen after the slow part);
   2. it reads one JSON job line from stdin:
-       {"t0": epoch s (CLOCK_REALTIME, shared by every namespace), "duration_s", "packet_size",
+       {"duration_s", "packet_size",
         "send": [flow dicts this host sends], "recv": [flow dicts this host receives],
         optional "grace_s" (2.0), "drain_s" (0.3), "sndbuf_bytes" (a budget shared by this host's UDP sockets),
         "host", "controller" (the fabric controller's socket: controller_channel.py), "adapt" (the collective
         helper's: a flow with ``adapt`` waits for its operation's decision, collective_channel.py)}
-  3. binds every receiver at once (before t0), starts each sender at t0 + flow.start_s — except a gated flow
+  3. binds every receiver and opens every sender, then prints ``{"bound": epoch s}`` and reads the start line
+     ``{"t0": epoch s}`` (CLOCK_REALTIME, shared by every namespace): the driver picks t0 once every agent is
+     bound, so no sender starts before its receivers exist however slowly a busy machine parsed the jobs;
+  4. starts each sender at t0 + flow.start_s — except a gated flow
      (``after``: flow ids it waits for), which starts once the agents receiving those flows have announced
      their completion on this host's gate socket (job ``gate``; gating.py), at the last completion +
      ``after_delay_s`` or at t0 + start_s, whichever is later; the receivers of the flows in the job's
      ``notify`` (flow id → gate paths) announce them the moment their last byte arrives (replay.py);
-  4. prints ONE JSON object on its last stdout line: {"host", "t0", "bound_at", "send": {flow_id: sender
+  5. prints ONE JSON object on its last stdout line: {"host", "t0", "bound_at", "started_at" (when it read t0),
+     "send": {flow_id: sender
      stats}, "recv": {flow_id: receiver stats}, "unknown_packets"} and exits 0.
 A sender stops when its size is sent or at t0 + duration_s. Receivers stop when every flow finished (sized flow
 complete, TCP EOF, or a UDP end marker seen and its packets in or ``drain_s`` passed), at the latest at
@@ -34,6 +38,7 @@ import socket
 import sys
 import threading
 import time
+from typing import Callable
 
 from ..procname import set_process_name
 from .engine_api import DONE, READY, WAIT_READ, WAIT_TIME, WAIT_WRITE
@@ -380,11 +385,9 @@ def _rx_result(st) -> dict:
     return out
 
 
-def run_job(job: dict) -> dict:
-    t0 = float(job["t0"])
-    duration = float(job["duration_s"])
-    grace = float(job.get("grace_s", 2.0))
-    deadline, give_up = t0 + duration, t0 + duration + grace
+def run_job(job: dict, start: Callable[[], float] | None = None) -> dict:
+    """Run one host's job; ``start`` is called once everything is bound and returns t0 (None: the job's own
+    ``t0``)."""
     job.setdefault("drain_s", 0.3)
     for f in job["send"] + job["recv"]:
         if f.get("engine", f["proto"]) not in ENGINES:
@@ -405,10 +408,6 @@ def run_job(job: dict) -> dict:
                              f"{sorted({f['dport'] for f in fl})}: {e.strerror}") from None
         handlers += h
         states += st
-    for st in states:
-        st.deadline = deadline
-        if job.get("timeline_bin_s") and hasattr(st, "timeline_on"):    # (the RoCE responder keeps none)
-            st.timeline_on(t0, float(job["timeline_bin_s"]))
     bound_at = time.time()
     ctl = job.get("controller")
     steering = None
@@ -439,6 +438,14 @@ def run_job(job: dict) -> dict:
                                          for f in job["recv"] if f.get("adapt")})
     gated = [s for s in senders if s.flow.get("after")]
     gate = Gate(gated, job["gate"]) if gated else None
+    t0 = job["t0"] = float(job["t0"]) if start is None else start()    # the senders' deadlines read it
+    started_at = time.time()
+    duration = float(job["duration_s"])
+    deadline, give_up = t0 + duration, t0 + duration + float(job.get("grace_s", 2.0))
+    for st in states:
+        st.deadline = deadline
+        if job.get("timeline_bin_s") and hasattr(st, "timeline_on"):    # (the RoCE responder keeps none)
+            st.timeline_on(t0, float(job["timeline_bin_s"]))
     rx_result: dict = {}
     rx = None
     if handlers:
@@ -466,6 +473,7 @@ def run_job(job: dict) -> dict:
         "host": job.get("host"),
         "t0": t0,
         "bound_at": bound_at,
+        "started_at": started_at,
         "send": {str(s.flow["flow_id"]): dict(s.stats(), sport=s.flow["sport"],
                                               entropy_from=s.flow.get("entropy_from"),
                                               entropy_first=s.flow.get("entropy_first"),
@@ -475,6 +483,16 @@ def run_job(job: dict) -> dict:
         "recv": {str(st.flow_id): _rx_result(st) for st in states},
         "unknown_packets": rx_result.get("unknown", 0),
     }
+
+
+def _start_line() -> float:
+    """Say everything is bound; wait for the driver's start line; its t0."""
+    print(json.dumps({"bound": time.time()}), flush=True)
+    line = sys.stdin.readline()
+    try:
+        return float(json.loads(line)["t0"])
+    except (ValueError, KeyError, TypeError):
+        raise SystemExit(f"agent: no start line on stdin (got {line.strip()[:80]!r})") from None
 
 
 def main() -> int:
@@ -494,7 +512,7 @@ def main() -> int:
         print(f"agent: job is not JSON: {e}", file=sys.stderr)
         return 2
     try:
-        out = run_job(job)
+        out = run_job(job, _start_line)
     except SystemExit as e:
         if isinstance(e.code, str):
             print(e.code, file=sys.stderr)

@@ -1,8 +1,8 @@
 """The traffic agents of one run: one ``python -m testbed.workloads.agent`` process per involved host, inside
 its namespace (the protocol is in agent.py).
 
-``AgentSet`` starts them, waits until each has started Python, hands each its job, collects the one JSON result
-each prints, and always kills and reaps every process it started — on success, on an agent's failure, on a
+``AgentSet`` starts them, waits until each has started Python, hands each its job, waits until each has bound
+its flows, tells them all t0, collects the one JSON result each prints, and always kills and reaps every process it started — on success, on an agent's failure, on a
 helper's failure reported by ``check`` and on Ctrl-C. A failure is one line naming the host and its last
 stderr line.
 """
@@ -67,6 +67,8 @@ class _Agent:
 
 class AgentSet:
     """The agents of ``hosts``; use as a context manager (exit kills and reaps every one still running)."""
+
+    start_latency_s = 0.0        # from start() called to the start lines written (RemoteAgents: a Ray call)
 
     def __init__(self, hosts: list[str], ns_of: Callable[[str], str], containers: Optional[dict] = None):
         """``containers``: host → its Container (container/hosts.py) for container hosts: the agent runs inside
@@ -146,12 +148,38 @@ class AgentSet:
 
     def hand_jobs(self, jobs: dict[str, dict]) -> None:
         for a in self.agents:
-            try:
-                a.proc.stdin.write((json.dumps(jobs[a.host]) + "\n").encode())
+            self._line(a, jobs[a.host], "stopped before it took its job")
+
+    def wait_bound(self, deadline: float) -> None:
+        """Until every agent has bound its receivers and opened its senders (its second line, agent.py)."""
+        while True:
+            waiting = [a for a in self.agents if a.out.count(b"\n") < 2]
+            if not waiting:
+                return
+            for a in waiting:
+                if a.proc.poll() is not None:
+                    self.pump(0.05)
+                    raise a.fail(f"failed before t0 ({_exit(a.proc.returncode)})")
+            if time.time() > deadline:
+                raise WorkloadError(f"traffic agent on {waiting[0].host} ({waiting[0].where}) had not bound its "
+                                    f"flows by the run's time limit")
+            self.pump(0.05)
+
+    def start(self, t0: float) -> None:
+        """Tell every agent t0 (the start line), then close its stdin."""
+        for a in self.agents:
+            self._line(a, {"t0": t0}, "stopped before it was started", last=True)
+
+    def _line(self, a: _Agent, obj: dict, what: str, last: bool = False) -> None:
+        try:
+            a.proc.stdin.write((json.dumps(obj) + "\n").encode())
+            if last:
                 a.proc.stdin.close()
-            except OSError:
-                self.pump(0.1)
-                raise a.fail("stopped before it took its job") from None
+            else:
+                a.proc.stdin.flush()
+        except OSError:
+            self.pump(0.1)
+            raise a.fail(what) from None
 
     def collect(self, deadline: float, timeout_s: float,
                 check: Optional[Callable[[], None]] = None) -> dict[str, dict]:

@@ -25,8 +25,6 @@ class TcpSender:
     def __init__(self, flow: dict, job: dict):
         self.flow = flow
         self.job = job
-        self.deadline = job["t0"] + job["duration_s"]
-        self.give_up = self.deadline + job.get("grace_s", 2.0)
         self.remaining = flow["size_bytes"]
         self.bytes = 0
         self.send_start = self.send_end = None
@@ -38,6 +36,15 @@ class TcpSender:
         mss = (job.get("packet_size") or 1500) - IP_TCP_HDR
         self.wire = (mss + IP_TCP_HDR) / mss        # pace IP bytes, like UDP
         self._make()
+
+    @property
+    def deadline(self) -> float:
+        """t0 + duration: t0 comes with the agent's start line, after the sender is made (agent.py)."""
+        return self.job["t0"] + self.job["duration_s"]
+
+    @property
+    def give_up(self) -> float:
+        return self.deadline + self.job.get("grace_s", 2.0)
 
     def _make(self):
         s = self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

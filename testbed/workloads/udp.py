@@ -39,7 +39,7 @@ class UdpSender(Steerable):
         self.flow = flow
         self.fid = flow["flow_id"]
         self.pmax = udp_payload_max(job["packet_size"])
-        self.deadline = job["t0"] + job["duration_s"]
+        self.job = job
         self.remaining = flow["size_bytes"]
         self.sndbuf = job.get("sndbuf_each")
         self.sock = self._socket(flow["sport"])
@@ -53,6 +53,11 @@ class UdpSender(Steerable):
         self.pacer = None
         self.error = None
         self.done = False
+
+    @property
+    def deadline(self) -> float:
+        """t0 + duration: t0 comes with the agent's start line, after the sender is made (agent.py)."""
+        return self.job["t0"] + self.job["duration_s"]
 
     def _socket(self, sport: int) -> socket.socket:
         flow = self.flow

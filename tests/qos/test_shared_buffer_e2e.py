@@ -15,7 +15,7 @@ from testbed import runner, scenario, workloads
 
 from testbed.report.summary import STEAL_SHARE
 
-from conftest import make_scenario
+from conftest import guarded_run, make_scenario
 
 pytestmark = pytest.mark.e2e
 
@@ -100,10 +100,11 @@ def test_a_congested_port_takes_its_dynamic_share_of_the_pool(lab, machine, cong
 def test_incast_with_pfc_on_dynamic_thresholds_is_lossless(tmp_path):
     """`testbed run scenarios/incast-shared-buffer.yaml`: 8→1 incast at 20 Mbit/s, PFC Xoff at the dynamic
     threshold with 64 KB of headroom per lossless ingress reserved out of a 1 MB buffer: no drop, no loss, pauses
-    sent; links.csv carries each switch's occupancy and the summary its peak, within the buffer. (Whether the run
-    was CPU-bound depends on the machine's load, not on the feature: not asserted.)"""
+    sent; links.csv carries each switch's occupancy and the summary its peak, within the buffer. Losslessness
+    is a fidelity figure (the PFC agent must pause in time): asserted on a run the CPU guard calls valid (90
+    drops once on a run the hypervisor took 24 % of the CPU from)."""
     import pandas as pd
-    d, row = runner.run(scenario.load(ROOT / "scenarios" / "incast-shared-buffer.yaml"), tmp_path / "run")
+    d, row = guarded_run(scenario.load(ROOT / "scenarios" / "incast-shared-buffer.yaml"), tmp_path / "run")
     links = pd.read_csv(d / "links.csv")
     for col in ("switch_buffer_bytes", "switch_buffer_peak_bytes", "switch_buffer_peak_frac"):
         assert col in links.columns, col

@@ -176,7 +176,7 @@ class Requester(Steerable):
         self.retx_at = 0.0                              # when a retransmission last left
         self.ce_prob = float(o.get("ce_prob") or 0.0)
         self.rng = random.Random(0xCE + self.fid)
-        self.deadline = job["t0"] + job["duration_s"]
+        self.job = job
         self.static_rate = flow.get("rate_bps")
         self.cc_name = o.get("cc", "none")
         self.cc = None                                  # the flow's SenderCC (roce/cc/; None: cc none)
@@ -202,6 +202,11 @@ class Requester(Steerable):
         self.done = False
         self.last_nak = -1
         self.ep.req[req_qpn(self.fid)] = self
+
+    @property
+    def deadline(self) -> float:
+        """t0 + duration: t0 comes with the agent's start line, after the sender is made (agent.py)."""
+        return self.job["t0"] + self.job["duration_s"]
 
     def _data_socket(self, sport: int):
         return w.data_socket(self.flow["src_addr"], sport, tos=self.tos | (w.INT_DSCP_BIT if self.int_stack else 0),
