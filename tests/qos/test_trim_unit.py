@@ -29,7 +29,9 @@ TRIM_PRIO = 7
 DATA_PRIO = 0            # RoCE's DSCP 26 is not mapped: the default priority, lossy
 
 # every link at 1 Mbit/s (8 µs a byte): a depth set just before a run drains only a few bytes meanwhile, even
-# across a 100 ms stall of a busy machine (at a fabric link's default rate 50 KB of excess drained in ~10 ms)
+# across a stall of a busy machine (at a fabric link's default rate 50 KB of excess drained in ~10 ms); EXCESS
+# over the buffer lasts 4 s at 1 Mbit/s (50 KB, 0.4 s, once drained below the limit beside a CPU hog)
+EXCESS = 500_000
 scen, topo, loaded = datapath_fixtures({"topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2,
                                                      "host_link": {"rate": "1mbit", "buffer": "256KB"},
                                                      "fabric_link": {"rate": "1mbit", "buffer": "256KB"}},
@@ -133,7 +135,7 @@ def test_over_the_limit_a_roce_packet_is_trimmed_to_its_headers(dp, topo):
     inp, out = ports(topo)
     payload = roce_payload()
     f = frame(topo, payload)
-    set_depth(dp, out.ifindex, DATA_PRIO, BUFFER + 50_000)                   # the frame does not fit
+    set_depth(dp, out.ifindex, DATA_PRIO, BUFFER + EXCESS)                   # the frame does not fit
     verdict, data, prio = run(dp, f, inp.ifindex)
     assert verdict == TC_ACT_REDIRECT
     p = Ether(data)
@@ -158,14 +160,14 @@ def test_over_the_limit_a_roce_packet_is_trimmed_to_its_headers(dp, topo):
 def test_a_flagged_packet_keeps_its_flags_and_becn(dp, topo):
     """FECN/BECN share the byte: a trim only adds 0x20."""
     inp, out = ports(topo)
-    set_depth(dp, out.ifindex, DATA_PRIO, BUFFER + 50_000)
+    set_depth(dp, out.ifindex, DATA_PRIO, BUFFER + EXCESS)
     _, data, _ = run(dp, frame(topo, roce_payload(flags=0x40)), inp.ifindex)
     assert bytes(Ether(data)[UDP].payload)[4] == 0x40 | wire.BTH_TRIMMED
 
 
 def test_a_non_roce_udp_packet_over_the_limit_is_still_dropped(dp, topo):
     inp, out = ports(topo)
-    set_depth(dp, out.ifindex, DATA_PRIO, BUFFER + 50_000)
+    set_depth(dp, out.ifindex, DATA_PRIO, BUFFER + EXCESS)
     verdict, _, _ = run(dp, frame(topo, roce_payload(), dport=5001), inp.ifindex)
     assert verdict == TC_ACT_SHOT
     data_q, trim_q = counters(dp, out.ifindex)
@@ -175,7 +177,7 @@ def test_a_non_roce_udp_packet_over_the_limit_is_still_dropped(dp, topo):
 def test_a_short_roce_packet_over_the_limit_is_dropped(dp, topo):
     """Nothing to cut from 64 bytes of UDP payload or less (ACKs, CNPs, tiny writes)."""
     inp, out = ports(topo)
-    set_depth(dp, out.ifindex, DATA_PRIO, BUFFER + 50_000)
+    set_depth(dp, out.ifindex, DATA_PRIO, BUFFER + EXCESS)
     verdict, _, _ = run(dp, frame(topo, roce_payload(n=64 - 32)), inp.ifindex)    # UDP payload: exactly 64
     assert verdict == TC_ACT_SHOT
     data_q, _ = counters(dp, out.ifindex)
@@ -184,8 +186,8 @@ def test_a_short_roce_packet_over_the_limit_is_dropped(dp, topo):
 
 def test_with_the_trim_queue_full_too_the_header_is_dropped(dp, topo):
     inp, out = ports(topo)
-    set_depth(dp, out.ifindex, DATA_PRIO, BUFFER + 50_000)
-    set_depth(dp, out.ifindex, TRIM_PRIO, BUFFER + 50_000)
+    set_depth(dp, out.ifindex, DATA_PRIO, BUFFER + EXCESS)
+    set_depth(dp, out.ifindex, TRIM_PRIO, BUFFER + EXCESS)
     verdict, _, _ = run(dp, frame(topo, roce_payload()), inp.ifindex)
     assert verdict == TC_ACT_SHOT
     data_q, trim_q = counters(dp, out.ifindex)
@@ -213,7 +215,7 @@ def test_threshold_trims_before_the_buffer_is_full(dp, topo):
 def test_with_trimming_off_the_packet_is_dropped_as_before(dp, topo):
     inp, out = ports(topo)
     set_trim(dp, topo.switch_ids["leaf0"], on=0)
-    set_depth(dp, out.ifindex, DATA_PRIO, BUFFER + 50_000)
+    set_depth(dp, out.ifindex, DATA_PRIO, BUFFER + EXCESS)
     verdict, _, _ = run(dp, frame(topo, roce_payload()), inp.ifindex)
     assert verdict == TC_ACT_SHOT
     data_q, trim_q = counters(dp, out.ifindex)
@@ -231,14 +233,14 @@ def test_a_trimmed_header_goes_on_the_trim_priority_at_the_next_hop(dp, topo):
     inp, _ = ports(topo)
     for up in topo.ports["leaf0"]:
         if up.role == "up":
-            set_depth(dp, up.ifindex, DATA_PRIO, BUFFER + 50_000)
+            set_depth(dp, up.ifindex, DATA_PRIO, BUFFER + EXCESS)
     verdict, data, prio = run(dp, frame(topo, roce_payload(), dst="h2"), inp.ifindex)
     assert verdict == TC_ACT_REDIRECT and len(data) == 14 + 92 and prio == skb_priority(TRIM_PRIO)
     eg = egress_of(topo, inp.ifindex, data)
     spine_in = eg.peer_ifindex
     down = egress_of(topo, spine_in, run(dp, data, spine_in)[1])          # the spine's port towards leaf1
     dp.reset_counters()
-    set_depth(dp, down.ifindex, DATA_PRIO, BUFFER + 50_000)
+    set_depth(dp, down.ifindex, DATA_PRIO, BUFFER + EXCESS)
     verdict, out, prio = run(dp, data, spine_in)
     assert verdict == TC_ACT_REDIRECT and prio == skb_priority(TRIM_PRIO)
     assert Ether(out)[UDP].payload.load == Ether(data)[UDP].payload.load   # not cut again
@@ -249,7 +251,7 @@ def test_a_trimmed_header_goes_on_the_trim_priority_at_the_next_hop(dp, topo):
 def test_a_long_flagged_packet_is_classified_not_trimmed(dp, topo):
     """The flag decides, not the length: a full-sized packet that carries it goes to the trim priority whole."""
     inp, out = ports(topo)
-    set_depth(dp, out.ifindex, DATA_PRIO, BUFFER + 50_000)
+    set_depth(dp, out.ifindex, DATA_PRIO, BUFFER + EXCESS)
     f = frame(topo, roce_payload(flags=wire.BTH_TRIMMED))
     verdict, data, prio = run(dp, f, inp.ifindex)
     assert verdict == TC_ACT_REDIRECT and len(data) == len(f) and prio == skb_priority(TRIM_PRIO)
