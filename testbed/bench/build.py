@@ -255,10 +255,9 @@ def measure_build(size, lab: str | None = None, floor: bool = True, overlap: boo
 def user_seconds() -> tuple[float, float]:
     """(the machine's user CPU seconds, this process's and its reaped children's): over a span, their
     difference is what other processes computed (kernel time is left out: the fabric's own work shows there)."""
-    with open("/proc/stat") as f:
-        user, nice = (int(x) for x in f.readline().split()[1:3])
+    from .capacity import cpu_now
     own = os.times()
-    return (user + nice) / os.sysconf("SC_CLK_TCK"), own.user + own.children_user
+    return cpu_now()["user"], own.user + own.children_user
 
 
 def measure_up_overlapped(size, lab: str | None = None) -> tuple[float, float]:
