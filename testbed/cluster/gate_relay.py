@@ -94,7 +94,7 @@ class GateRelay:
                         _, host, endpoint = what
                         while True:
                             try:
-                                msg = key.fileobj.recv(256)
+                                msg = key.fileobj.recv(65536)
                             except BlockingIOError:
                                 break
                             self._send(endpoint, host.encode() + b" " + msg + b"\n")

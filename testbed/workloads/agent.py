@@ -47,6 +47,8 @@ from .gating import Waits, announcement, parse_announcement
 
 POLLIN, POLLOUT = select.POLLIN, select.POLLOUT
 CHECK_EVERY_S = 0.02
+ANNOUNCE_BATCH = 200          # flows per announcement datagram (≈ 6 KB)
+ANNOUNCE_MAX = 65536          # a gate's receive size: a whole batch
 NEVER_STARTED = "never started: a flow it depends on did not complete"
 
 
@@ -161,11 +163,11 @@ class Gate:
         out = []
         while True:
             try:
-                data = self.sock.recv(256)
+                data = self.sock.recv(ANNOUNCE_MAX)
             except BlockingIOError:
                 return out
-            fid, t = parse_announcement(data)
-            out += [(at, self.by_id[w]) for w, at in self.waits.done(fid, t)]
+            for fid, t in parse_announcement(data):
+                out += [(at, self.by_id[w]) for w, at in self.waits.done(fid, t)]
 
     def close(self) -> None:
         self.sock.close()
@@ -180,7 +182,7 @@ class Announcer:
     def __init__(self, states, notify: dict):
         self.watched = [st for st in states if str(st.flow_id) in notify]
         self.notify = notify
-        self.outbox: list[tuple[str, bytes]] = []
+        self.outbox: dict[str, list[tuple[int, float]]] = {}   # gate path → (flow id, completion time)
         self.lock = threading.Lock()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) if self.watched else None
         if self.sock is not None:
@@ -212,16 +214,20 @@ class Announcer:
             self._flush()
 
     def _queue(self, st) -> None:
-        msg = announcement(st.flow_id, getattr(st, "complete_at", None) or st.last_rx or time.time())
-        self.outbox += [(path, msg) for path in self.notify[str(st.flow_id)]]
+        at = getattr(st, "complete_at", None) or st.last_rx or time.time()
+        for path in self.notify[str(st.flow_id)]:
+            self.outbox.setdefault(path, []).append((st.flow_id, at))
 
     def _flush(self) -> None:
-        keep = []
-        for path, msg in self.outbox:
-            try:
-                self.sock.sendto(msg, path)
-            except (FileNotFoundError, ConnectionRefusedError, BlockingIOError):
-                keep.append((path, msg))
+        """One datagram per gate for what completed together (a skipped ring order's flows all at once)."""
+        keep = {}
+        for path, pairs in self.outbox.items():
+            for i in range(0, len(pairs), ANNOUNCE_BATCH):
+                try:
+                    self.sock.sendto(announcement(pairs[i:i + ANNOUNCE_BATCH]), path)
+                except (FileNotFoundError, ConnectionRefusedError, BlockingIOError):
+                    keep[path] = pairs[i:]
+                    break
         self.outbox = keep
 
     def close(self) -> None:

@@ -1,9 +1,9 @@
 """Flows that wait for other flows (``Flow.after``): who tells whom, and when a waiting flow may start.
 
 The agents coordinate among themselves, as the ranks of a collective do: the receiver of an awaited flow sends
-one datagram ``"<flow id> <epoch s>"`` to the gate socket (a Unix datagram socket, path-named, so it reaches
+``"<flow id> <epoch s>"`` (several flows completed together: one datagram, ``;`` between them) to the gate socket (a Unix datagram socket, path-named, so it reaches
 across network namespaces) of every host with a flow waiting for it, the moment the last byte arrives; that
-host's agent starts each waiting flow once all it waits for have completed, at the last completion plus its
+host's agent starts each waiting flow once all it waits for have completed, at the latest completion plus its
 ``after_delay_s``. No hop through the orchestrator (whose link sampler holds the GIL for milliseconds at a time).
 ``Dependencies`` is the orchestrator's half (checks, who notifies whom), ``Waits`` the agent's. Pure and light:
 every agent imports this module.
@@ -73,21 +73,24 @@ class Waits:
     def __init__(self, flows):
         self.left = {f["flow_id"]: set(f["after"]) for f in flows}
         self.delay = {f["flow_id"]: float(f.get("after_delay_s") or 0.0) for f in flows}
+        self.latest: dict[int, float] = {}
         self.waiters: dict[int, list[int]] = {}
         for fid, deps in self.left.items():
             for d in sorted(deps):
                 self.waiters.setdefault(d, []).append(fid)
 
     def done(self, fid: int, t: float) -> list[tuple[int, float]]:
-        """Flow ``fid`` completed at ``t``: (flow, start time) of each flow that now waits for nothing; an
+        """Flow ``fid`` completed at ``t``: (flow, start time) of each flow that now waits for nothing, started
+        after the latest completion of those it waited for (announcements may arrive out of order); an
         announcement repeated releases nothing."""
         out = []
         for w in self.waiters.pop(fid, ()):
             deps = self.left[w]
             deps.discard(fid)
+            self.latest[w] = max(self.latest.get(w, t), t)
             if not deps:
                 del self.left[w]
-                out.append((w, t + self.delay[w]))
+                out.append((w, self.latest.pop(w) + self.delay[w]))
         return out
 
     @property
@@ -95,12 +98,14 @@ class Waits:
         return set(self.left)
 
 
-def announcement(fid: int, t: float) -> bytes:
-    return f"{fid} {t!r}".encode()
+def announcement(pairs) -> bytes:
+    """One datagram announcing the (flow id, completion time) ``pairs``."""
+    return ";".join(f"{fid} {t!r}" for fid, t in pairs).encode()
 
 
-def parse_announcement(data: bytes) -> tuple[int, float]:
-    fid, t = data.split()
-    return int(fid), float(t)
-
-
+def parse_announcement(data: bytes) -> list[tuple[int, float]]:
+    out = []
+    for item in data.split(b";"):
+        fid, t = item.split()
+        out.append((int(fid), float(t)))
+    return out

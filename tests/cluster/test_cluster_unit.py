@@ -133,12 +133,12 @@ def test_an_announcement_to_another_machines_host_reaches_its_gate_through_the_r
         m0.start({"h4": m1.endpoint})
         m1.start({})
         agent = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        agent.sendto(announcement(7, 12.5), f"{machine_dir(gates, 0)}/h4")
+        agent.sendto(announcement([(7, 12.5)]), f"{machine_dir(gates, 0)}/h4")
         time.sleep(0.1)                                  # arrived at m1 before h4's gate is bound: kept
         gate = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         gate.bind(f"{machine_dir(gates, 1)}/h4")
         gate.settimeout(2)
-        assert parse_announcement(gate.recv(256)) == (7, 12.5)
+        assert parse_announcement(gate.recv(256)) == [(7, 12.5)]
         agent.close()
         gate.close()
     finally:

@@ -9,9 +9,9 @@ import pytest
 
 from testbed import scenario, topology
 from testbed.workloads import replay
-from testbed.workloads.agent import Announcer, Gate
+from testbed.workloads.agent import ANNOUNCE_MAX, Announcer, Gate
 from testbed.workloads.collectives import TransferFlows
-from testbed.workloads.gating import Dependencies, Waits
+from testbed.workloads.gating import Dependencies, Waits, parse_announcement
 from testbed.workloads.replay import ReplayError, Transfer
 
 from conftest import make_scenario
@@ -172,6 +172,33 @@ def test_waits_release_a_flow_when_its_last_dependency_completes():
     assert w.done(0, 10.0) == [(3, 10.0)]
     assert w.done(0, 11.0) == []                                   # announced twice: nothing more
     assert w.done(1, 12.0) == [(2, 12.5)] and w.pending == set()
+
+
+def test_waits_start_a_flow_after_the_latest_completion_whatever_order_the_announcements_arrive_in():
+    """A skipped ring order's flows are announced when the decision comes, possibly after the flows that ran:
+    their earlier completion does not pull the start back."""
+    w = Waits([{"flow_id": 9, "after": [0, 1, 2], "after_delay_s": 0.1}])
+    assert w.done(1, 20.0) == [] and w.done(0, 5.0) == []
+    assert w.done(2, 7.0) == [(9, 20.1)]
+
+
+def test_flows_completed_together_go_to_a_gate_in_one_datagram(tmp_path):
+    """Announcer batches per gate: 300 flows completed at once are 2 datagrams (200 each at most), read whole."""
+    path = str(tmp_path / "h1")
+    senders = [SimpleNamespace(flow={"flow_id": 1000, "after": list(range(300))})]
+    gate = Gate(senders, path)
+    states = [SimpleNamespace(flow_id=i, complete=True, last_rx=100.0 + i) for i in range(300)]
+    ann = Announcer(states, {str(i): [path] for i in range(300)})
+    ann.check()
+    assert not ann
+    got = []
+    for _ in range(2):
+        got += parse_announcement(gate.sock.recv(ANNOUNCE_MAX))
+    assert got == [(i, 100.0 + i) for i in range(300)]
+    with pytest.raises(BlockingIOError):
+        gate.sock.recv(ANNOUNCE_MAX)
+    gate.close()
+    ann.close()
 
 
 def test_gate_and_announcer_over_a_unix_socket(tmp_path):

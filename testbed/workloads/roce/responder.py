@@ -271,16 +271,15 @@ class Responder:
         return self.complete_at is not None
 
     def skip(self, now: float) -> None:
-        """The flow will not run (a collective policy skipped it): complete now, announced as any completion.
-        No packet of it comes, so only the credit pacer (EQDS) needs the endpoint's lock."""
+        """The flow will not run (a collective policy skipped it): complete now, announced at the receive thread's
+        next check together with the operation's other skipped flows (one datagram per gate, not one each). No
+        packet of it comes, so only the credit pacer (EQDS) needs the endpoint's lock."""
         if self.complete_at is not None:
             return
         self.complete_at = now
         if self.unsolicited is not None:
             with self.ep.lock:
                 self.ep.pacer.stop(self)              # no credits for a flow that will not come
-        if self.on_complete is not None:
-            self.on_complete(self)
 
     def finished(self, now: float) -> bool:
         if self.complete:
