@@ -1,4 +1,4 @@
-"""The ``testbed`` command: run, up, down, status, exec, sweep, report, graph, doctor, clean, bench, image, vm.
+"""The ``testbed`` command: run, up, down, status, exec, sweep, validate, report, graph, doctor, clean, bench, image, vm.
 
 Every failure a user can cause (a wrong key, a missing kernel feature, no root, a name in use) ends as one line
 ``error: …`` on stderr and a non-zero exit, with nothing left in the kernel. FTB_DEBUG=1 shows tracebacks.
@@ -315,6 +315,43 @@ def sweep(scenario, varies, seeds, out, resume, include_flagged, cluster, sets):
     if res.failed:
         _echo(f"warning: {res.failed} of {res.total} runs failed (status=failed in sweep.csv, left out of the "
               f"means): the `failed` column says why")
+
+
+@cli.command()
+@click.option("--quick", is_flag=True, help="Only the references marked quick (a few minutes).")
+@click.option("--only", default=None, metavar="NAME,…", help="These references (scenarios/validation/NAME.yaml).")
+@click.option("--seeds", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Seeds per reference (default: each reference's own `seeds`).")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Result directory (default results/validate-<time>).")
+@click.option("--dir", "ref_dir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Read the references from this directory instead of scenarios/validation (your own).")
+def validate(quick, only, seeds, out, ref_dir):
+    """Run the reference experiments of scenarios/validation/ and compare each with its published value:
+    validation.csv and report.html in --out; exits 1 when a reference fails."""
+    import datetime as dt
+
+    from .runs import lifecycle
+    from .validate import suite
+    names = [n.strip() for n in only.split(",") if n.strip()] if only else []
+    found = suite.discover(Path(ref_dir)) if ref_dir else suite.discover()
+    refs = suite.select(found, quick, names)                           # every reference checked before root
+    _need_root("validate")
+    outdir = Path(out) if out else lifecycle.RESULTS_DIR / f"validate-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    table = suite.run_suite(refs, outdir, seeds, log=_echo)
+    for r in table.to_dict("records"):
+        ci = "" if r["ci95"] is None or r["ci95"] != r["ci95"] else f" ± {r['ci95']:.3g}"
+        measured = "—" if r["measured"] != r["measured"] else f"{r['measured']:.4g}{ci}"
+        click.echo(f"{r['verdict']:8} {r['name']}: {r['metric']} {measured} (reference {r['reference']:g}, "
+                   f"{r['kind'].replace('_', ' ')}, tolerance {r['tolerance']:g}){'  ' + r['notes'] if r['notes'] else ''}")
+    click.echo(f"results: {outdir / suite.VALIDATION_CSV}, {outdir / 'report.html'}")
+    failed = table[table["verdict"] == suite.FAIL]
+    invalid = table[table["verdict"] == suite.INVALID]
+    if len(invalid):
+        _echo(f"warning: {len(invalid)} reference(s) invalid (runs flagged by the CPU guard twice): "
+              f"{', '.join(invalid['name'])}; run them again on a quieter machine")
+    if len(failed):
+        raise UserError(f"{len(failed)} of {len(table)} reference(s) failed: {', '.join(failed['name'])}")
 
 
 @cli.command(name="report")

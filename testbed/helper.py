@@ -216,6 +216,9 @@ class SocketHelper(ForkedHelper):
     def serve(self, sock, wfd: int, ready) -> None:
         raise NotImplementedError
 
+    def after_fork(self) -> None:
+        """In the parent once the child runs (or died): close what only the child needs."""
+
     def start(self) -> None:
         import socket
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -224,7 +227,7 @@ class SocketHelper(ForkedHelper):
         sock.bind(str(self.path))
         os.chmod(self.path, 0o600)
         try:
-            self._fork(lambda wfd, ready: self.serve(sock, wfd, ready), self.proc_name)
+            self._fork(lambda wfd, ready: self.serve(sock, wfd, ready), self.proc_name, after_fork=self.after_fork)
         finally:
             sock.close()
 

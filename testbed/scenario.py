@@ -441,6 +441,8 @@ class Scenario(Strict):
     time_dilation: Union[Annotated[int, Field(ge=1, le=1_000_000)], Literal["auto"], None] = None
     placement: Optional[PlacementSpec] = None    # one fabric over several machines (with --cluster)
     controller: ControllerSpec = ControllerSpec()   # the fabric controller: planned entropy (testbed/controller)
+    # a validation scenario's published result: read by `testbed validate` (testbed/validate/spec.py), not by a run
+    reference: Optional[dict[str, Any]] = None
     _profile_keys: tuple[str, ...] = PrivateAttr(default=())
     _dilation: int = PrivateAttr(default=1)
     _real_doc: Optional[dict] = PrivateAttr(default=None)

@@ -36,6 +36,9 @@ def adapt_fits(scen) -> None:
     if "ecn" in a.signals and not _marks(scen):
         raise ValueError(f"{KEY}.signals: ecn is read from the switches' CE marks, and no switch tier marks "
                          f"(switch.ecn) or no flow is ECN-capable")
+    if "int" in a.signals and not scen.telemetry.int.enabled:
+        raise ValueError(f"{KEY}.signals: int is read from the INT reports, and telemetry.int is not enabled "
+                         f"(set telemetry.int.enabled: true)")
     from .policy import get_policy
     get_policy(a.policy).check(scen)
 

@@ -18,7 +18,7 @@ from ..errors import HelperFailed
 from ..fabric.netns import STATE_DIR
 from ..helper import SocketHelper, next_message, send_to, write_result
 from ..workloads.collective_channel import VERSION, answer
-from .view import NetworkView, PortReading, signals_between
+from .view import IntDepths, NetworkView, PortReading, signals_between
 
 WIRE_HDR = {"udp": 14 + 28 + 20, "rocev2": 14 + 28 + 12 + 4}   # Ethernet + IP/UDP + the engine's own header
 
@@ -73,8 +73,31 @@ class CollectiveHelper(SocketHelper):
         self.topo, self.scen, self.lab, self.origin, self.datapath = topo, scen, lab, origin, datapath
         self.flows, self.ops = scheduled_operations(scen, topo)
         self.proc_name = f"ftb-{lab}-ccl"
+        self.reports = None                      # signal int: the INT reports as they come (ReportPipe)
+
+    def start(self) -> None:
+        if "int" in self.scen.traffic.collective.adapt.signals:
+            from ..inband.collector import ReportPipe
+            self.reports = ReportPipe()
+        try:
+            super().start()
+        except BaseException:
+            if self.reports is not None:
+                self.reports.close_write()
+            raise
+
+    def after_fork(self) -> None:
+        if self.reports is not None:
+            self.reports.close_read()
+
+    def stop(self) -> dict:
+        if self.reports is not None:
+            self.reports.close_write()
+        return super().stop()
 
     def serve(self, sock, wfd: int, ready) -> None:
+        if self.reports is not None:
+            self.reports.close_write()           # the parent's end
         _serve(self, sock, wfd, ready)
 
 
@@ -100,19 +123,32 @@ class Reader:
     """NetworkViews from the datapath: each one over the span since the previous reading, the adapted
     operations' own planned bits taken out of the links' utilisation."""
 
-    def __init__(self, dp, model, topo, signals, origin: float):
+    def __init__(self, dp, model, topo, signals, origin: float, reports=None):
         self.dp, self.model, self.topo, self.signals, self.origin = dp, model, topo, tuple(signals), origin
         self.ports = sorted(p.ifindex for sw in topo.switches for p in topo.ports[sw])
         self.last = read_ports(dp, self.ports)
         self.own: dict[int, float] = {}            # port → bits the operations decided since `last` put on it
         self.view: NetworkView | None = None
+        self.reports = reports                     # a ReportPipe (signal int), drained by take_reports
+        self.depths = IntDepths()
+        self.int_reports = 0
+
+    def take_reports(self) -> None:
+        """Fold the INT reports that came into the depths of the span (often: the pipe must not fill)."""
+        if self.reports is not None:
+            got = self.reports.drain()
+            self.int_reports += len(got)
+            self.depths.add(got)
 
     def read(self) -> NetworkView:
         down = frozenset(self.dp.ports_down())
         now = read_ports(self.dp, self.ports)
-        links = {p: signals_between(self.last[p], r, self.own.get(p, 0.0), p in down)
+        self.take_reports()
+        links = {p: signals_between(self.last[p], r, self.own.get(p, 0.0), p in down,
+                                    self.depths.share(p, r.buffer_bytes))
                  for p, r in now.items() if p in self.last}
         self.last, self.own = now, {}
+        self.depths.reset()
         self.model.down = down
         self.view = NetworkView(self.model, links, self.signals, time.time() - self.origin)
         return self.view
@@ -132,7 +168,7 @@ def _serve(o: CollectiveHelper, sock: socket.socket, wfd: int, ready) -> None:
     ratio = {f.flow_id: wire_ratio(f, scen.packet_size) for f in o.flows}
     policy = get_policy(a.policy)()
     model = PathModel(o.topo, scen.switch.hash_seed, scen.switch.hash_fields)
-    reader = Reader(o.datapath, model, o.topo, a.signals, o.origin)
+    reader = Reader(o.datapath, model, o.topo, a.signals, o.origin, o.reports)
     interval = a.interval / 1e9
     read_at = -1.0
     decided: dict[str, dict[int, int]] = {}
@@ -140,7 +176,8 @@ def _serve(o: CollectiveHelper, sock: socket.socket, wfd: int, ready) -> None:
     stats = {"requests": 0, "decisions": 0, "bad_messages": 0, "unknown_operations": 0, "decide_s_max": 0.0}
     ready()
     while not stop:
-        msg, addr = next_message(sock, 0.2, VERSION, ("decide",))
+        msg, addr = next_message(sock, 0.05 if o.reports is not None else 0.2, VERSION, ("decide",))
+        reader.take_reports()
         if msg is None:
             continue
         if "key" not in msg or "host" not in msg:
@@ -160,19 +197,26 @@ def _serve(o: CollectiveHelper, sock: socket.socket, wfd: int, ready) -> None:
             if fresh:
                 read_at = t
                 signal_rows += _signal_rows(view, o.topo, op)
-            decided[key] = d = policy.decide(op, view)
+            d = policy.decide(op, view)
+            held = {k: v for k, v in policy.delays(op, view, d).items() if v > 0}
+            decided[key] = d, held
             reader.planned(_bits(op, d, view, ratio))
             stats["decisions"] += 1
             stats["decide_s_max"] = max(stats["decide_s_max"], time.monotonic() - t)
+            stats["paced_flows"] = stats.get("paced_flows", 0) + len(held)
             ran = [f for f in op.flows if d.get(f.flow_id, f.sport) is not None]
             rows.append({"key": key, "time_s": time.time() - o.origin, "flows": len(ran), "read": view.at,
-                         "moved": sum(1 for f in ran if d.get(f.flow_id, f.sport) != f.sport or f.variant),
+                         "moved": sum(1 for f in ran if d.get(f.flow_id, f.sport) != f.sport or f.variant
+                                      or f.flow_id in held),
                          "variant": min((f.variant for f in ran), default=None)})
-        d = decided[key]
+        d, held = decided[key]
         mine = [f for f in op.flows if host in f.conn[:2]]
-        send_to(sock, answer(key, {f.flow_id: d[f.flow_id] for f in mine if f.conn[0] == host
-                                   and d.get(f.flow_id) is not None},
-                             [f.flow_id for f in mine if f.flow_id in d and d[f.flow_id] is None]), addr)
+        sent = [f for f in mine if f.conn[0] == host]
+        send_to(sock, answer(key, {f.flow_id: d[f.flow_id] for f in sent if d.get(f.flow_id) is not None},
+                             [f.flow_id for f in mine if f.flow_id in d and d[f.flow_id] is None],
+                             {f.flow_id: held[f.flow_id] for f in sent if f.flow_id in held}), addr)
+    if o.reports is not None:
+        stats["int_reports"] = reader.int_reports
     write_result(wfd, {"rows": rows, "signals": signal_rows, "policy": a.policy, "ring_orders": ring_orders(ops),
                        **stats})
 
@@ -216,5 +260,5 @@ def _signal_rows(view, topo, op) -> list[dict]:
         s, port = view.links[p], topo.port(p)
         out.append({"time_s": view.at, "job": op.job, "iteration": op.iteration, "switch": port.node,
                     "port": port.ifname, "peer": port.peer_node, "capacity_bps": s.capacity_bps, "util": s.util,
-                    "queue": s.queue, "ecn": s.ecn, "available_bps": view.available_bps(p)})
+                    "queue": s.queue, "ecn": s.ecn, "available_bps": view.available_bps(p), "int": s.int})
     return out

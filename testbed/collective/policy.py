@@ -21,6 +21,7 @@ from typing import ClassVar
 GROUP = "fabric_testbed.collective_policy"
 BUILTIN = {"weighted-split": "testbed.collective.weighted_split:WeightedSplit",
            "ring-order": "testbed.collective.ring_order:RingOrder",
+           "paced": "testbed.collective.paced:Paced",
            "static": "testbed.collective.static:Static"}
 
 
@@ -86,6 +87,11 @@ class Policy:
         """flow id → the source port to send it with, or None: it does not run (a ring order not picked);
         flows not named are sent from their own QP's port."""
         raise NotImplementedError
+
+    def delays(self, op: Operation, view, ports: dict[int, int | None]) -> dict[int, float]:
+        """flow id → seconds its host holds it back once it could start (its step's turn came and the decision
+        is known), given ``ports`` as ``decide`` returned them; flows not named start at once (the default)."""
+        return {}
 
 
 def _load(target: str):

@@ -8,7 +8,7 @@ from pydantic import Field, field_validator, model_validator
 from .. import units
 from ..spec_types import Strict, unit
 
-Signal = Literal["util", "queue", "ecn"]
+Signal = Literal["util", "queue", "ecn", "int"]
 
 
 class AdaptSpec(Strict):

@@ -7,6 +7,8 @@ Per switch port (a link's sending end), over the span since the previous reading
                 planned to put on it) ÷ (capacity × span), in [0, 1]
   queue         mean depth the port's queue model showed the packets it took, ÷ the port's buffer, in [0, 1]
   ecn           share of the ECN-capable packets it sent that left CE-marked, in [0, 1]
+  int           mean depth the INT hop records of this port (its egress) reported, ÷ the port's buffer, in [0, 1]:
+                the queue as the packets themselves saw it (telemetry.int; 0 without reports)
 A link's ``available_bps`` is its capacity × (1 − min(0.9, s)) for each signal s the scenario asks for
 (``traffic.collective.adapt.signals``); a host NIC, which no switch counter watches, counts its line rate. A
 path is as available as its least available link. Everything here is pure: the readings come from
@@ -38,6 +40,28 @@ class LinkSignals:
     util: float = 0.0
     queue: float = 0.0
     ecn: float = 0.0
+    int: float = 0.0
+
+
+class IntDepths:
+    """The INT hop records since the last reading, per egress port: their queue depths' sum and count."""
+
+    def __init__(self):
+        self.sums: dict[int, list[int]] = {}
+
+    def add(self, reports) -> None:
+        for r in reports:
+            for h in r.hops:
+                s = self.sums.setdefault(h.egress, [0, 0])
+                s[0] += h.queue_bytes
+                s[1] += 1
+
+    def share(self, port: int, buffer_bytes: int) -> float:
+        s = self.sums.get(port)
+        return _share(s[0] / s[1] / buffer_bytes) if s and s[1] and buffer_bytes else 0.0
+
+    def reset(self) -> None:
+        self.sums = {}
 
 
 def _share(x: float) -> float:
@@ -45,9 +69,9 @@ def _share(x: float) -> float:
 
 
 def signals_between(before: PortReading, now: PortReading, own_bits: float = 0.0,
-                    down: bool = False) -> LinkSignals:
+                    down: bool = False, int_share: float = 0.0) -> LinkSignals:
     """The port's signals over the span between two readings (module docstring); ``own_bits``: what the adapted
-    operations decided in that span were planned to send through it."""
+    operations decided in that span were planned to send through it; ``int_share``: IntDepths.share of it."""
     span = now.at - before.at
     cap = 0.0 if down else now.capacity_bps
     sent = (now.tx_bytes - before.tx_bytes) * 8 - own_bits
@@ -56,7 +80,7 @@ def signals_between(before: PortReading, now: PortReading, own_bits: float = 0.0
     queue = _share((now.depth_sum - before.depth_sum) / pk / now.buffer_bytes) if pk > 0 and now.buffer_bytes else 0.0
     ect = now.ect_packets - before.ect_packets
     ecn = _share((now.ecn_marks - before.ecn_marks) / ect) if ect > 0 else 0.0
-    return LinkSignals(cap, util, queue, ecn)
+    return LinkSignals(cap, util, queue, ecn, int_share)
 
 
 @dataclass

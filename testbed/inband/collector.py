@@ -6,6 +6,8 @@ decodes them afterwards. The wire format and every column are defined in docs/in
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import socket
 import struct
@@ -20,6 +22,8 @@ REPORT = struct.Struct("<Q4s4sHHBBBBII")        # struct int_report up to its st
 HOP = struct.Struct(">IHHIIQII")                 # one hop record, big-endian as on the wire (docs/int.md)
 FLAG_EXCEEDED = 1
 PROBE_PORT = 0xFA7E                              # INT_PROBE_PORT (common.h): the WCMP controller's probes
+F_SETPIPE_SZ = 1031
+REPORT_PIPE_BYTES = 1 << 20                      # reports waiting for a forked reader (≈ 5000 of them)
 
 
 class IntFailed(HelperFailed):
@@ -68,6 +72,48 @@ def decode(data: bytes) -> Report:
                   length, tuple(reversed(hops)))
 
 
+class ReportPipe:
+    """The reports as they come, for a forked helper (the WCMP controller, the collective helper): the parent's
+    IntCollector writes each to ``w`` (forward_to), the helper drains ``r``. Made before the fork; the parent
+    closes ``r`` once the helper runs (``close_read``), the helper closes ``w`` (``close_write``: else no EOF)."""
+
+    def __init__(self):
+        self.r, self.w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        with contextlib.suppress(OSError):       # room for a burst of reports between two reads
+            fcntl.fcntl(self.w, F_SETPIPE_SZ, REPORT_PIPE_BYTES)
+        self._pending = b""
+
+    def close_read(self) -> None:
+        if self.r is not None:
+            os.close(self.r)
+            self.r = None
+
+    def close_write(self) -> None:
+        if self.w is not None:
+            os.close(self.w)
+            self.w = None
+
+    def drain(self) -> list[Report]:
+        """The reports written since the last drain (2-byte little-endian length, then the report)."""
+        while self.r is not None:
+            try:
+                chunk = os.read(self.r, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            self._pending += chunk
+        out, buf, at = [], self._pending, 0
+        while len(buf) - at >= 2:
+            n = int.from_bytes(buf[at:at + 2], "little")
+            if len(buf) - at - 2 < n:
+                break
+            out.append(decode(buf[at + 2:at + 2 + n]))
+            at += 2 + n
+        self._pending = buf[at:]
+        return out
+
+
 class IntCollector:
     """Background thread: reads the sinks' reports while the run goes; ``rows``/``path_rows`` decode them."""
 
@@ -75,8 +121,8 @@ class IntCollector:
         self.dp, self.origin, self.poll_ms = datapath, origin, poll_ms
         self.raw: list[bytes] = []
         self.error: str | None = None
-        self._forward: int | None = None       # a pipe every report is also written to (the WCMP controller)
-        self.forward_lost = 0                  # reports the pipe had no room for
+        self._forward: list[int] = []          # pipes every report is also written to (ReportPipe.w)
+        self.forward_lost = 0                  # reports a pipe had no room for
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="int-reports", daemon=True)
         # the reports' CLOCK_MONOTONIC → the run's clock (seconds since origin)
@@ -85,21 +131,22 @@ class IntCollector:
     def forward_to(self, fd: int) -> None:
         """Also write every report to the non-blocking pipe ``fd`` (2-byte little-endian length, then the
         report: one write of less than PIPE_BUF, so whole or not at all), for a process reading them as they come
-        (the WCMP controller). A full pipe loses the report there (counted); a closed one ends the forwarding."""
-        self._forward = fd
+        (ReportPipe). A full pipe loses the report there (counted); a closed one ends that forwarding."""
+        self._forward.append(fd)
 
     def _take(self, data: bytes) -> None:
         self.raw.append(data)
-        if self._forward is not None:
+        frame = len(data).to_bytes(2, "little") + data
+        for fd in list(self._forward):
             try:
-                os.write(self._forward, len(data).to_bytes(2, "little") + data)
+                os.write(fd, frame)
             except BlockingIOError:
                 self.forward_lost += 1
             except OSError:                    # the reader is gone (its death is reported by its own check)
-                self._forward = None
+                self._forward.remove(fd)
 
     def start(self) -> None:
-        self.dp.open_int_reports(self._take if self._forward is not None else self.raw.append)
+        self.dp.open_int_reports(self._take if self._forward else self.raw.append)
         self._thread.start()
 
     def stop(self) -> None:

@@ -21,8 +21,6 @@ left them).
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import ipaddress
 import os
 import signal
@@ -34,7 +32,7 @@ import time
 from ..errors import HelperFailed
 from ..fabric import netns
 from ..helper import ForkedHelper, write_result
-from ..inband.collector import PROBE_PORT
+from ..inband.collector import PROBE_PORT, ReportPipe
 from ..telemetry.periodic import run_every
 
 GAIN = 0.1            # exponent of the multiplicative update: a tenth of the log-ratio per interval (damping)
@@ -44,8 +42,6 @@ STEP = 1.5            # a weight changes by at most ×1.5 or ÷1.5 per interval
 SCALE = 10_000        # float weights → the integer weights the table is built from
 INT_DSCP_BIT = 0x04
 INT_INSTRUCTIONS, INT_DS_ID, INT_DS_INSTRUCTIONS = 0xF800, 0x4654, 0xC000
-F_SETPIPE_SZ = 1031
-REPORT_PIPE_BYTES = 1 << 20     # the INT reports of an interval wait here for the controller (≈ 5000 of them)
 
 
 class WcmpFailed(HelperFailed):
@@ -102,7 +98,7 @@ class WcmpController(ForkedHelper):
     """The forked process applying ``switch.wcmp`` (source int or load) every interval (helper.py: checked while
     the traffic runs, a death fails the run in one line naming it); ``rows`` → weights.csv, ``health()`` → the
     manifest, both once stopped. With source ``int`` the run's INT collector hands it every report through a
-    pipe (``reports_fd``, IntCollector.forward_to)."""
+    pipe (``reports``, a ReportPipe: IntCollector.forward_to its ``w``)."""
 
     label = "WCMP controller"
     failure = WcmpFailed
@@ -146,9 +142,7 @@ class WcmpController(ForkedHelper):
         self._socks: dict[int, socket.socket] = {}
         self._last_c = None
         self._util: dict[int, float] = {}              # load: smoothed utilisation per port
-        self._reports_r: int | None = None             # int: the child's end of the INT report pipe
-        self.reports_fd: int | None = None             # … and the parent's (IntCollector.forward_to)
-        self._pending = b""
+        self.reports: ReportPipe | None = None         # int: the INT reports, as they come
 
     # ---- life cycle (the parent's side)
 
@@ -160,17 +154,14 @@ class WcmpController(ForkedHelper):
                     if p not in self._socks:
                         port = self.topo.port(p)
                         self._socks[p] = netns.run_in(self.fabric.ns[g.leaf], _packet_socket, port.ifname)
-            self._reports_r, self.reports_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-            with contextlib.suppress(OSError):         # room for a burst of reports between two intervals
-                fcntl.fcntl(self.reports_fd, F_SETPIPE_SZ, REPORT_PIPE_BYTES)
+            self.reports = ReportPipe()
 
         def after():                                   # the child's now
             for s in self._socks.values():
                 s.close()
             self._socks.clear()
-            if self._reports_r is not None:
-                os.close(self._reports_r)
-                self._reports_r = None
+            if self.reports is not None:
+                self.reports.close_read()
         try:
             self._fork(lambda wfd, ready: self._run(wfd, ready), f"ftb-{self.fabric.lab}-wcm", after_fork=after)
         except BaseException:
@@ -191,9 +182,8 @@ class WcmpController(ForkedHelper):
         return res
 
     def _close_reports(self) -> None:
-        if self.reports_fd is not None:
-            os.close(self.reports_fd)
-            self.reports_fd = None
+        if self.reports is not None:
+            self.reports.close_write()
 
     def health(self) -> dict:
         return {"source": self.source, "interval_s": self.interval, "intervals": self.intervals,
@@ -204,9 +194,8 @@ class WcmpController(ForkedHelper):
     def _run(self, wfd: int, ready) -> None:
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        if self.reports_fd is not None:
-            os.close(self.reports_fd)                  # the parent's end: EOF would never come otherwise
-            self.reports_fd = None
+        if self.reports is not None:
+            self.reports.close_write()                 # the parent's end: EOF would never come otherwise
         self._last_c = self.dp.port_counters()
         ready()
         try:
@@ -220,25 +209,8 @@ class WcmpController(ForkedHelper):
         self.late += 1
 
     def _new_reports(self) -> list:
-        """The INT reports the collector forwarded since the last interval (length-prefixed records)."""
-        from ..inband.collector import decode
-        while self._reports_r is not None:
-            try:
-                chunk = os.read(self._reports_r, 1 << 16)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            self._pending += chunk
-        out, buf, at = [], self._pending, 0
-        while len(buf) - at >= 2:
-            n = int.from_bytes(buf[at:at + 2], "little")
-            if len(buf) - at - 2 < n:
-                break
-            out.append(decode(buf[at + 2:at + 2 + n]))
-            at += 2 + n
-        self._pending = buf[at:]
-        return out
+        """The INT reports the collector forwarded since the last interval."""
+        return self.reports.drain() if self.reports is not None else []
 
     # ---- one interval
 

@@ -57,7 +57,7 @@ CONTROLLER_COLUMNS = ["time_s", "flow", "old", "new", "reason"]
 #: collective_signals.csv (runs with traffic.collective.adapt): what each decision read, per switch port on the
 #: paths the operation's queue pairs may take.
 COLLECTIVE_SIGNAL_COLUMNS = ["time_s", "job", "iteration", "switch", "port", "peer", "capacity_bps", "util", "queue",
-                             "ecn", "available_bps"]
+                             "ecn", "available_bps", "int"]
 
 #: cc.csv (RoCE runs with traffic.cc other than none): each flow's congestion window and rate over time.
 CC_COLUMNS = ["flow_id", "time_s", "cwnd_bytes", "rate_bps"]

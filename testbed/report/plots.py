@@ -157,6 +157,7 @@ def run_figures(links_df: pd.DataFrame, flows_df: pd.DataFrame, int_df: pd.DataF
         for ax in (ax_r, ax_w):
             ax.set_ylim(bottom=0)
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize="small", loc="upper right")
+            if ax.get_legend_handles_labels()[0]:       # a rate-based CC (eqds) keeps no window
+                ax.legend(fontsize="small", loc="upper right")
         figs["cc"] = fig
     return figs

@@ -107,8 +107,10 @@ class LocalBackend(Backend):
         self.sampler.start()
         if lab.datapath.int_spec is not None:        # telemetry.int: the sinks' reports, read as they come
             self.collector = IntCollector(lab.datapath, origin)
-            if self.controller is not None and self.controller.reports_fd is not None:
-                self.collector.forward_to(self.controller.reports_fd)
+            for helper in (self.controller, self.collective):
+                pipe = getattr(helper, "reports", None)
+                if pipe is not None and pipe.w is not None:
+                    self.collector.forward_to(pipe.w)
             self.collector.start()
 
     def check(self) -> None:

@@ -238,7 +238,7 @@ class Announcer:
 NOT_PICKED = "not run: its collective operation's policy picked another ring order"
 
 
-def _begin(s, now: float, ready: list, decisions) -> int:
+def _begin(s, now: float, ready: list, decisions, later=None) -> int:
     """Start sender ``s`` — unless it belongs to a collective operation that reads the network
     (``flow.adapt``) and the decision is not known yet: then it waits for it (workloads/collective_channel.py).
     Returns 1 if the decision says the flow does not run (it is done), else 0."""
@@ -247,22 +247,28 @@ def _begin(s, now: float, ready: list, decisions) -> int:
         if key not in decisions.known:
             decisions.park(key, s)
             return 0
-        return _start_decided([s], decisions.known[key], now, ready, decisions)
+        return _start_decided([s], decisions.known[key], now, ready, decisions, later)
     s.begin(now)
     ready.append(s)
     return 0
 
 
-def _start_decided(senders, sports: dict, now: float, ready: list, decisions) -> int:
+def _start_decided(senders, sports: dict, now: float, ready: list, decisions, later=None) -> int:
     """Start flows of a decided operation from the ports its policy chose (before they send: not a move);
     ``sports`` empty: sent as the static collective would (no decision in time). A flow the decision skips is
-    done at once without sending; returns how many."""
+    done at once without sending; returns how many. A flow the policy paces is handed to ``later(sender, at)``
+    and comes back here when its time comes."""
     skipped = 0
     for s in senders:
         if s.flow["flow_id"] in decisions.skip:
             s.flow["skipped"] = True
             s.abort(NOT_PICKED)
             skipped += 1
+            continue
+        wait = decisions.delay.pop(s.flow["flow_id"], 0.0)
+        if wait > 0 and later is not None:
+            s.flow["held_s"] = wait
+            later(s, now + wait)
             continue
         got = sports.get(s.flow["flow_id"])
         if got is not None and got != s.flow["sport"]:
@@ -296,6 +302,11 @@ def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None 
     if listening:
         poller.register(gate.fd, POLLIN)
     by_id = {s.flow["flow_id"]: s for s in senders}
+
+    def later(s, at: float) -> None:                  # a paced flow: back in the start heap at its time
+        nonlocal order
+        order += 1
+        heapq.heappush(starts, (at, order, s))
     if steering is not None:
         poller.register(steering.fileno(), POLLIN)
     if decisions is not None:
@@ -303,10 +314,10 @@ def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None 
     while alive:
         now = time.time()
         while starts and starts[0][0] <= now:
-            alive -= _begin(heapq.heappop(starts)[2], now, ready, decisions)
+            alive -= _begin(heapq.heappop(starts)[2], now, ready, decisions, later)
         if decisions is not None and decisions.parked:
             for _key, parked in decisions.expired(now):
-                alive -= _start_decided(parked, {}, now, ready, decisions)
+                alive -= _start_decided(parked, {}, now, ready, decisions, later)
         if now >= give_up:
             break
         if not past_deadline and now >= deadline:
@@ -354,7 +365,8 @@ def send(senders, t0: float, deadline: float, give_up: float, gate: Gate | None 
             for fd, _ev in poller.poll(_poll_ms(timeout)):
                 if decisions is not None and fd == decisions.fileno():
                     for key, parked in decisions.read():
-                        alive -= _start_decided(parked, decisions.known[key], time.time(), ready, decisions)
+                        alive -= _start_decided(parked, decisions.known[key], time.time(), ready, decisions,
+                                                later)
                     continue
                 if steering is not None and fd == steering.fileno():
                     for fid, sport, _why in steering.read():

@@ -2,10 +2,12 @@
 (path-named, so they reach across network namespaces), one JSON object per datagram, version 1.
 
   host → helper   {"v": 1, "op": "decide", "key": "<job>.<iteration>", "host": "h3"}
-  helper → host   {"v": 1, "key": "<job>.<iteration>", "sport": {"<flow id>": port, ...}, "skip": [flow id, ...]}
+  helper → host   {"v": 1, "key": "<job>.<iteration>", "sport": {"<flow id>": port, ...}, "skip": [flow id, ...],
+                   "delay": {"<flow id>": seconds, ...}}
 The helper answers with the source port of every flow of that operation the host sends that the policy moved
-(an empty map: send it as the static collective would) and the flows it sends or receives that do not run (the
-ring orders the policy did not pick): the sender drops them, the receiver counts them as done. ``Decisions`` is
+(an empty map: send it as the static collective would), the flows it sends or receives that do not run (the
+ring orders the policy did not pick): the sender drops them, the receiver counts them as done; and how long the
+host holds back each of its flows that the policy paces (absent: none), counted from when the flow could start. ``Decisions`` is
 the agent's end: the send loop parks a flow of an operation it has no answer for, asks once per operation and
 starts the parked flows when the answer comes — or, past the timeout, with their own ports (counted). Light:
 every agent imports it.
@@ -25,9 +27,11 @@ def request(key: str, host: str) -> bytes:
     return json.dumps({"v": VERSION, "op": "decide", "key": key, "host": host}).encode()
 
 
-def answer(key: str, sports: dict[int, int], skip=()) -> bytes:
-    return json.dumps({"v": VERSION, "key": key, "sport": {str(k): v for k, v in sports.items()},
-                       "skip": sorted(skip)}).encode()
+def answer(key: str, sports: dict[int, int], skip=(), delay: dict[int, float] | None = None) -> bytes:
+    msg = {"v": VERSION, "key": key, "sport": {str(k): v for k, v in sports.items()}, "skip": sorted(skip)}
+    if delay:
+        msg["delay"] = {str(k): round(float(v), 6) for k, v in delay.items()}
+    return json.dumps(msg).encode()
 
 
 class Decisions:
@@ -43,6 +47,7 @@ class Decisions:
         self.sock.setblocking(False)
         self.known: dict[str, dict[int, int]] = {}
         self.skip: set[int] = set()                 # flows (sent or received here) that do not run
+        self.delay: dict[int, float] = {}          # flows sent here that the policy holds back, seconds
         # flow id → (its operation, its ring order, its receive state here: ``skip(now)`` ends it)
         self.receivers: dict[int, tuple] = dict(receivers or {})
         self.to_end: list = []                      # receive states of skipped flows, not ended yet
@@ -78,7 +83,9 @@ class Decisions:
                 key = str(msg["key"])
                 sports = {int(k): int(v) for k, v in msg["sport"].items()}
                 skip = {int(x) for x in msg.get("skip", ())}
+                delay = {int(k): float(v) for k, v in (msg.get("delay") or {}).items()}
                 self.known[key] = sports
+                self.delay.update(delay)
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
             self._skip(skip)

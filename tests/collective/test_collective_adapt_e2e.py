@@ -29,6 +29,7 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 DEGRADED = ROOT / "scenarios" / "codesign-degraded.yaml"
+INT_SLOW, INT_HEALTHY = 0.09, 0.03   # seen over 6 runs: the slow link 0.104–0.107, the others ≤ 0.012
 
 
 def _run(tmp_path, name, policy, *sets):
@@ -74,3 +75,38 @@ def test_policies_are_no_worse_than_static_on_a_healthy_fabric(tmp_path):
     print(f"\n[codesign-degraded, healthy] ring JCT: static {static:.0f} ms, weighted-split {ws / static:.2f}×, "
           f"ring-order {ro / static:.2f}×")
     assert ws <= 1.05 * static and ro <= 1.05 * static and (rops["adapt_ring"] == 0).all()
+
+
+def test_the_int_signal_reads_the_queue_the_packets_met_on_the_slow_link(tmp_path):
+    """Signal ``int`` with telemetry.int: the static ring keeps two QPs on the slow link (leaf0→spine1), whose
+    queue fills; the INT hop records of the packets crossing it reach the helper, and from iteration 1 on
+    collective_signals.csv reads that port's ``int`` well above every healthy link's. The manifest counts the
+    reports the helper read."""
+    d, _, _ = _run(tmp_path, "int", "static", "traffic.collective.adapt.signals=[int]", "telemetry.int.enabled=true")
+    sig = pd.read_csv(d / "collective_signals.csv")
+    later = sig[sig["iteration"] > 0]
+    slow = later[(later["switch"] == "leaf0") & (later["peer"] == "spine1")]
+    rest = later[~((later["switch"] == "leaf0") & (later["peer"] == "spine1"))]
+    print(f"\n[int signal] slow link int {slow['int'].round(3).tolist()}, others max {rest['int'].max():.3f}")
+    assert len(slow) == 2 and (slow["int"] > INT_SLOW).all() and rest["int"].max() < INT_HEALTHY
+    ca = json.loads((d / "manifest.json").read_text())["collective_adapt"]
+    assert ca["int_reports"] > 0 and ca["signals"] == ["int"]
+
+
+A2A = "traffic.jobs=[{name: a2a, pattern: all-to-all, bytes: 64KB, iterations: 3}]"
+
+
+def test_all_to_all_policies_leave_the_slow_link_and_shorten_the_job(tmp_path):
+    """The all-to-all of codesign-degraded.yaml (every ordered pair, 64 KB, 2 QPs each, 3 iterations): static
+    keeps the QPs that hash up the slow link; weighted-split moves their chunks to the other QP; paced does the
+    same and sends the chunks still crossing a hot link across it one after another (held back, counted in the
+    manifest). The issue's goal: ≤ 0.85× static. Seen here: static 1.39 s, weighted-split 0.60×, paced 0.62×."""
+    _, static, _ = _run(tmp_path, "static", "static", A2A)
+    _, ws, wops = _run(tmp_path, "weighted-split", "weighted-split", A2A)
+    dp, paced, pops = _run(tmp_path, "paced", "paced", A2A)
+    print(f"\n[codesign-degraded all-to-all] JCT over 3 iterations: static {static:.0f} ms, weighted-split "
+          f"{ws / static:.2f}×, paced {paced / static:.2f}×")
+    assert ws <= 0.85 * static and paced <= 0.85 * static
+    assert (wops["adapt_decisions"] > 0).all() and (pops["adapt_decisions"] > 0).all()
+    ca = json.loads((dp / "manifest.json").read_text())["collective_adapt"]
+    assert ca["policy"] == "paced" and ca["paced_flows"] > 0 and ca["static_flows"] == 0

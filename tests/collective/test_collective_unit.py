@@ -115,7 +115,7 @@ def test_weighted_split_is_registered_and_refuses_one_qp():
     (["traffic.collective.adapt.policy=ring-nope"], r"traffic.collective.adapt.policy: unknown collective policy"),
     (["traffic.collective.adapt.signals=[util,util]"], r"traffic.collective.adapt.signals: a signal is named twice"),
     (["traffic.collective.adapt.signals=[ecn]"], r"traffic.collective.adapt.signals: ecn is read from the switches"),
-    (["traffic.collective.adapt.signals=[int]"], r"traffic.collective.adapt.signals.0: Input should be"),
+    (["traffic.collective.adapt.signals=[int]"], r"traffic.collective.adapt.signals: int is read from the INT reports"),
     (["traffic.collective.adapt.signals=[]"], r"traffic.collective.adapt.signals"),
     (["switch.load_balancing=spray"], r"traffic.collective.adapt.policy: .* switch.load_balancing spray"),
     (["switch.routing=sm"], r"traffic.collective.adapt.policy: under switch.routing sm"),
@@ -277,6 +277,33 @@ def test_ring_keys_refused_in_one_line(sets, match):
         scenario.load(DEGRADED, sets)
 
 
+def test_int_signal_without_int_reports_is_refused_in_one_line():
+    match = r"traffic\.collective\.adapt\.signals: int is read from the INT reports, and telemetry\.int is not enabled"
+    with pytest.raises(ScenarioError, match=match):
+        scenario.load(DEGRADED, ["traffic.collective.adapt.signals=[util, int]"])
+    s = scenario.load(DEGRADED, ["traffic.collective.adapt.signals=[int]", "telemetry.int.enabled=true"])
+    assert s.traffic.collective.adapt.signals == ["int"]
+
+
+def test_int_depths_by_hand():
+    """Two reports cross port 7 (egress) with 10,000 and 30,000 bytes queued, one crosses port 8 with none:
+    port 7's share of a 100,000-byte buffer is (10,000 + 30,000) / 2 / 100,000 = 0.2; port 8's 0; a port no
+    report crossed 0; after a reading (reset) all 0. The share reaches the view as the ``int`` signal."""
+    from testbed.collective.view import IntDepths
+    from testbed.inband.collector import Hop, Report
+
+    def rep(*hops):
+        return Report(0, "a", "b", 1, 2, 17, False, 100, tuple(Hop(1, 1, e, 0, 0, q, 0, 0, 0) for e, q in hops))
+    d = IntDepths()
+    d.add([rep((7, 10_000), (8, 0)), rep((7, 30_000))])
+    assert d.share(7, 100_000) == pytest.approx(0.2) and d.share(8, 100_000) == 0 and d.share(9, 100_000) == 0
+    assert d.share(7, 0) == 0
+    s = signals_between(_reading(0, 0, 0, 0, 0, 0), _reading(1, 0, 0, 0, 0, 0), int_share=d.share(7, 100_000))
+    assert s.int == pytest.approx(0.2)
+    d.reset()
+    assert d.share(7, 100_000) == 0
+
+
 class _State:
     def __init__(self):
         self.at = None
@@ -301,3 +328,53 @@ def test_a_skip_in_the_answer_ends_the_hosts_receive_states(tmp_path):
     finally:
         d.close()
         srv.close()
+
+
+def test_paced_holds_back_the_chunks_that_cross_a_hot_link_one_after_another():
+    """Four chunks of one step, one QP each: three cross the slow leaf0→spine1 link (2.5 of 10 Mbit/s: hot,
+    below half the fastest), one does not. Largest first: the 64 KB chunk at once, a 32 KB one after
+    64 KiB × 8 / 2.5 Mbit/s = 0.2097 s, the other 32 KB one after 0.2097 + 0.1049 = 0.3146 s; the fourth at once."""
+    from testbed.collective.paced import Paced
+    scen, topo, model = _fabric()
+    view, slow = _view(topo, model), _slow(topo)
+    a, b = "h0", "h2"
+    plan = PlanFlow(0, a, topo.address(a), topo.address(b), 4791)
+    crossing, clear, sp = [], None, 50000
+    while len(crossing) < 3 or clear is None:
+        if set(view.path(plan, sp)) & slow:
+            crossing.append(sp)
+        elif clear is None:
+            clear = sp
+        sp += 1
+    sizes = [65536, 32768, 32768]
+    flows = [OpFlow(i, 0, n, p, plan, (a, b, i)) for i, (n, p) in enumerate(zip(sizes, crossing[:3]))]
+    flows.append(OpFlow(3, 0, 65536, clear, plan, (a, b, 3)))
+    op = Operation("a2a.0", "a2a", 0, "all-to-all", flows)
+    assert Paced().decide(op, view) == {}                     # one QP per connection: nothing to place
+    got = Paced().delays(op, view, {})
+    assert set(got) == {1, 2}
+    assert got[1] == pytest.approx(65536 * 8 / 2.5e6) and got[2] == pytest.approx((65536 + 32768) * 8 / 2.5e6)
+    healthy = _view(*_fabric(sets=["topology.links=[]"])[1:])
+    assert Paced().delays(op, healthy, {}) == {}              # no hot link: nothing held back
+
+
+def test_paced_is_registered_and_refuses_traffic_without_all_to_all():
+    from testbed.collective.paced import Paced
+    assert get_policy("paced") is Paced
+    with pytest.raises(ScenarioError, match=r"adapt.policy: paced orders the chunks of all-to-all jobs"):
+        scenario.load(DEGRADED, ["traffic.collective.adapt.policy=paced"])
+    s = scenario.load(DEGRADED, ["traffic.collective.adapt.policy=paced",
+                                 "traffic.jobs=[{name: a2a, pattern: all-to-all, bytes: 64KB}]"])
+    assert s.traffic.collective.adapt.policy == "paced"
+
+
+def test_an_answer_with_delays_holds_those_flows_back(tmp_path):
+    srv, path = _helper(tmp_path)
+    d = channel.Decisions(str(path), 1.0, "h0")
+    d.park("a2a.0", "x")
+    _, addr = srv.recvfrom(4096)
+    srv.sendto(channel.answer("a2a.0", {7: 50001}, [], {7: 0.25, 8: 0.5}), addr)
+    time.sleep(0.05)
+    assert d.read() == [("a2a.0", ["x"])] and d.delay == {7: 0.25, 8: 0.5} and d.known["a2a.0"] == {7: 50001}
+    d.close()
+    srv.close()
