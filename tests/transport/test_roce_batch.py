@@ -159,11 +159,15 @@ def _send_flow(size, n_ent, ce_prob, mode, rate=None, entropy="packet", ext=Fals
 
 
 def _link_stats(veth) -> str:
-    """Both ends' counters and qdiscs, for a failure message (where did the packets go?)."""
+    """Both ends' counters and qdiscs, and each CPU's receive backlog drops (/proc/net/softnet_stat: processed,
+    dropped, time squeezed, in hex), for a failure message: where did the packets go? (A hog pass once showed
+    92 of 98 dropped in veth_xmit on a noqueue veth.)"""
     out = []
     for ns in (veth.a, veth.b):
         for cmd in (["ip", "-s", "link"], ["tc", "-s", "qdisc"]):
             out.append(subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True).stdout)
+    with open("/proc/net/softnet_stat") as f:
+        out.append("softnet_stat (per CPU: processed dropped squeezed …):\n" + f.read())
     return "\n".join(out)
 
 
