@@ -133,7 +133,7 @@ def run_reference(ref: Reference, seeds: int, outdir: Path, run_fn: Callable, lo
     return out
 
 
-def row(o: Outcome, seeds: int) -> dict:
+def row(o: Outcome) -> dict:
     spec = o.ref.spec
     mean, ci, n = stats.mean_ci95(o.values.values())
     lo, hi = spec.bounds()
@@ -173,7 +173,7 @@ def run_suite(refs: list[Reference], outdir: Path, seeds: int | None = None, run
             log(f"[{i + 1}/{len(refs)}] {ref.name}: {n} seed(s){' + baseline' if ref.spec.baseline else ''}")
             o = run_reference(ref, n, outdir, run_fn, log)
             outcomes.append(o)
-            rows.append(row(o, n))
+            rows.append(row(o))
             write_csv(outdir / VALIDATION_CSV, pd.DataFrame(rows, columns=COLUMNS))
     finally:
         if outcomes:

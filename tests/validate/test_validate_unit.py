@@ -132,15 +132,15 @@ def _outcome(values, **kw):
 
 
 def test_rows_pass_fail_and_invalid():
-    ok = suite.row(_outcome({1: 1.0, 2: 3.0}), 2)
+    ok = suite.row(_outcome({1: 1.0, 2: 3.0}))
     assert ok["verdict"] == "pass" and ok["measured"] == 2.0 and ok["seeds"] == 2 and ok["high"] == pytest.approx(2.2)
     assert ok["low"] is None and ok["ci95"] == pytest.approx(12.706, rel=1e-3)   # t(0.975, 1) · s / √2 with s = √2
-    assert suite.row(_outcome({1: 3.0}), 1)["verdict"] == "fail"
-    flagged = suite.row(_outcome({1: 1.0}, flagged=1), 2)
+    assert suite.row(_outcome({1: 3.0}))["verdict"] == "fail"
+    flagged = suite.row(_outcome({1: 1.0}, flagged=1))
     assert flagged["verdict"] == "invalid" and "1 run(s) flagged" in flagged["notes"]
-    broken = suite.row(_outcome({1: 1.0}, failed=1, notes=["seed 2: 1 of 16 sized flows did not complete"]), 2)
+    broken = suite.row(_outcome({1: 1.0}, failed=1, notes=["seed 2: 1 of 16 sized flows did not complete"]))
     assert broken["verdict"] == "fail" and "did not complete" in broken["notes"]
-    assert suite.row(_outcome({}), 2)["verdict"] == "fail"
+    assert suite.row(_outcome({}))["verdict"] == "fail"
     assert list(ok) == suite.COLUMNS
 
 
