@@ -78,6 +78,8 @@ set_option = click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALU
 cluster_option = click.option("--cluster", metavar="ADDRESS",
                               help="A Ray cluster (HOST:PORT of its head), or `auto`: the RAY_ADDRESS environment or "
                                    "the running local cluster (`testbed cluster up --local N`).")
+no_plots_option = click.option("--no-plots", is_flag=True, callback=lambda c, p, v: v and os.environ.update(
+    FTB_PLOTS="0"), help="Draw no PNG plots and no HTML report: `testbed report DIR` draws them from the CSVs.")
 metrics_option = click.option("--metrics", metavar="HOST:PORT",
                               help="Serve live Prometheus metrics there while the lab lives, e.g. 127.0.0.1:9464.")
 
@@ -94,12 +96,13 @@ def cli():
 @set_option
 @metrics_option
 @cluster_option
-def run(scenario, out, sets, metrics, cluster):
+@no_plots_option
+def run(scenario, out, sets, metrics, cluster, no_plots):
     """Build the fabric, run the scenario's traffic, sample telemetry, tear down, write CSVs. With --cluster the
     fabric is split over the Ray cluster's machines as the scenario's `placement` says."""
     scen = _load(scenario, sets)
     from .runs import lifecycle
-    from .report import write_report
+    from .report.document import report_unless_skipped as write_report
     if scen.placement is not None and scen.placement.partitions > 1 and not cluster:
         raise UserError(f"{scenario}: placement.partitions {scen.placement.partitions} splits the fabric over "
                         f"machines: give --cluster ADDRESS (or auto)")
@@ -274,7 +277,8 @@ def exec_(lab_name, node, cmd):
               help="Keep cpu_bound runs in comparison.csv's means (excluded by default).")
 @cluster_option
 @set_option
-def sweep(scenario, varies, seeds, out, resume, include_flagged, cluster, sets):
+@no_plots_option
+def sweep(scenario, varies, seeds, out, resume, include_flagged, cluster, sets, no_plots):
     """Run a scenario for every combination of --vary values (× --seeds); write sweep.csv and comparison.csv.
     With --cluster, each run goes to a free machine of the Ray cluster and its directory comes back here."""
     import datetime as dt
@@ -286,6 +290,8 @@ def sweep(scenario, varies, seeds, out, resume, include_flagged, cluster, sets):
     from . import sweep as sweep_mod
     if resume and not out:
         raise UserError("--resume needs --out: the directory of the sweep to continue")
+    if no_plots and cluster:
+        raise UserError("--no-plots: the cluster's machines draw their runs' plots; give it without --cluster")
     runs = sweep_mod.plan(scenario, sets, varies, seeds)          # every scenario validated before root/build
     pool = None
     if cluster:
@@ -308,8 +314,8 @@ def sweep(scenario, varies, seeds, out, resume, include_flagged, cluster, sets):
         _echo(f"warning: {flagged} run(s) were cpu_bound (the emulator, not the fabric, was the bottleneck) and "
               + ("are kept in the means (--include-flagged)" if include_flagged else "are left out of the means")
               + f"; scale the link rates down until no run is flagged, e.g. {sweep_mod.scale_hint(scen)}")
-    page = report.write_report(outdir)
-    click.echo(f"report: {page}")
+    from .report.document import report_unless_skipped
+    click.echo(f"report: {report_unless_skipped(outdir)}")
     if res.failed and res.failed == len(res.sweep):
         raise UserError(f"every run failed ({res.failed}), e.g. {res.sweep['failed'].iloc[0]}; see sweep.csv")
     if res.failed:
@@ -360,6 +366,7 @@ def report_(result_dir):
     """Recompute summary.csv and the plots of a run directory, then write report.html and report.md (a sweep
     directory: the report of its sweep.csv / comparison.csv and runs)."""
     from . import report
+    os.environ.pop("FTB_PLOTS", None)                       # asked for: drawn whatever the environment says
     if not (Path(result_dir) / report.SWEEP_CSV).is_file():
         row = report.report(result_dir)
         click.echo(", ".join(f"{k}={v}" for k, v in row.items() if k in report.SUMMARY_COLUMNS))

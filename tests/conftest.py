@@ -20,6 +20,22 @@ from testbed.fabric import netns
 ROOT = Path(__file__).resolve().parent.parent
 TESTBED = [sys.executable, "-m", "testbed.cli"]
 
+# The suite's runs draw no plots and write no HTML report (--no-plots; report/plots.py): about 0.2 s a PNG, six
+# a run, over a few hundred runs. Tests of the plots and the report are marked `plots` and draw them.
+from testbed.report.plots import PLOTS_ENV   # noqa: E402
+os.environ.setdefault(PLOTS_ENV, "0")
+
+
+@pytest.fixture(autouse=True)
+def _plots_when_marked(request, monkeypatch):
+    if request.node.get_closest_marker("plots") is not None:
+        monkeypatch.setenv(PLOTS_ENV, "1")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "plots: draws its runs' plots and reports (the suite's other runs do not: "
+                                       "FTB_PLOTS=0)")
+
 
 def pytest_sessionstart(session):
     if cpu_guard.Hog.wanted():

@@ -34,7 +34,7 @@ class CollectiveHelperFailed(HelperFailed):
 def operations(flows, owner, origins, topo) -> dict:
     """key → policy.Operation of every flow with ``adapt`` set (``owner``: each flow's transfer, ``origins``:
     transfer id → its job step, as replay.from_collectives gives them)."""
-    from ..controller.service import plan_flow
+    from ..controller.connections import plan_flow
     from .policy import OpFlow, Operation
     ops: dict[str, Operation] = {}
     for f, t in zip(flows, owner):
@@ -48,11 +48,18 @@ def operations(flows, owner, origins, topo) -> dict:
 
 
 def scheduled_operations(scen, topo) -> tuple[list, dict]:
-    """The run's adapted flows and operations: the same schedule the traffic plays (it is deterministic)."""
+    """The run's adapted flows and operations: the same schedule the traffic plays (it is deterministic). With
+    the fabric controller planning, each flow's port is the one the controller gives its QP (the same plan:
+    controller/connections.py), so that the policies weigh the paths the traffic takes."""
     from ..workloads import replay
     origins: dict = {}
     transfers = replay.from_collectives(scen.traffic, topo, scen.seed, origins)
     flows, owner = replay.flows_of(transfers, scen.traffic, topo, scen.seed, origins=origins)
+    if scen.controller.entropy != "off":
+        from ..controller.connections import planned_run
+        run = planned_run(scen, topo, flows)
+        for f in flows:
+            f.sport = run.port(f.flow_id) or f.sport
     return [f for f in flows if f.adapt], operations(flows, owner, origins, topo)
 
 

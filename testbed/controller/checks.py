@@ -31,9 +31,12 @@ def planned_entropy_fits(scen) -> None:
     if tr.engine == "roce" and tr.roce.entropy != "qp":
         raise ValueError(f"@controller.entropy: a planned flow keeps one source port; traffic.roce.entropy "
                          f"{tr.roce.entropy} sprays its packets over several")
-    if tr.scheduled or tr.pattern == "poisson":
-        raise ValueError("@controller.entropy: plans the pattern flows of the run (pairs, permutation, all-to-all, "
-                         "incast); collectives, replays and poisson arrivals are not planned yet")
+    if tr.pattern == "poisson":
+        raise ValueError("@controller.entropy: plans the run's flows, or a schedule's queue pairs, before they "
+                         "start; poisson arrivals are not planned yet")
+    if ctl.entropy == "adaptive" and tr.scheduled:
+        raise ValueError("@controller.entropy: a collective's or replay's queue pairs are planned (use plan); "
+                         "moving them mid-run is not built yet")
     if scen.hosts.docker is not None or scen.placement is not None:
         raise ValueError("@controller.entropy: the hosts reach the controller through a socket file of this "
                          "machine: not from containers nor over several machines")

@@ -1,9 +1,9 @@
 """The fabric controller as a helper process of the run.
 
 The controller is a forked helper (``ftb-<lab>-ctl``, helper.py) holding a ``Planner`` over the fabric's real
-ECMP hashes. At start it plans every flow the run will send (the traffic matrix is known, as a job scheduler or
-a collective library knows its communication pattern): largest first, then repaired until no link carries two
-flows where paths of their own exist. The hosts ask for their flows' source ports when their flows start, over
+ECMP hashes. At start it plans every flow the run will send — for a schedule, every queue pair it sends over
+(connections.py) — as a job scheduler or a collective library knows its communication pattern: largest first,
+then repaired until no link carries two flows where paths of their own exist. The hosts ask for their flows' source ports when their flows start, over
 the channel of ``workloads/controller_channel.py`` (a Unix datagram socket, JSON messages, version 1); a host
 that gets no answer within ``controller.timeout`` keeps its own port, and the run's results count it. A flow the
 controller was not told of gets the best path left at that moment.
@@ -27,9 +27,7 @@ from ..errors import HelperFailed
 from ..helper import SocketHelper, next_message, send_to, write_result
 from ..fabric.netns import STATE_DIR
 from ..workloads.controller_channel import VERSION, reply
-from .planner import PathModel, PlanFlow, Planner
-
-PROTO = {"udp": 17, "tcp": 6, "rocev2": 17}
+from .connections import planned_run
 
 
 def socket_path(lab: str) -> Path:
@@ -58,20 +56,12 @@ class FabricController(SocketHelper):
         _serve(self, sock, wfd, ready)
 
 
-def plan_flow(f, topo) -> PlanFlow:
-    """A planner's view of a workloads Flow (its rate: the flow's, else its NIC's line rate)."""
-    rate = f.rate_bps or topo.port_named(f.src, f"eth{f.rail}").rate_bps
-    return PlanFlow(f.flow_id, f.src, f.src_addr, f.dst_addr, f.dport, PROTO.get(f.proto, 17), float(rate),
-                    rail=f.rail)
-
-
 def _serve(o: FabricController, sock: socket.socket, wfd: int, ready) -> None:
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    sw = o.scen.switch
-    planner = Planner(PathModel(o.topo, sw.hash_seed, sw.hash_fields), seed=o.scen.seed)
-    known = {f.flow_id: plan_flow(f, o.topo) for f in o.flows}
-    planned = planner.plan(list(known.values()))
+    run = planned_run(o.scen, o.topo, o.flows)
+    planner, known = run.planner, run.known
+    planned = dict(planner.chosen)
     shared = planner.shared_links()
     rows, stats = [], {"requests": 0, "unknown_flows": 0, "bad_messages": 0, "ticks": 0, "moves_unsent": 0}
     addrs: dict[int, str] = {}                       # flow → the socket its host asked from
@@ -103,14 +93,16 @@ def _serve(o: FabricController, sock: socket.socket, wfd: int, ready) -> None:
             stats["bad_messages"] += 1
             continue
         if msg["op"] == "end":
+            if run.scheduled:
+                continue                             # a QP lives as long as the job: its links stay planned
             if adapter is not None:
                 adapter.end(fid)
             else:
                 planner.release(fid)
             continue
         stats["requests"] += 1
-        if fid in planner.chosen:
-            sport = planner.chosen[fid][0]
+        if run.port(fid) is not None:
+            sport = run.port(fid)
         else:
             stats["unknown_flows"] += 1
             sport = planner.assign(known[fid]) if fid in known else int(msg.get("sport") or 0)

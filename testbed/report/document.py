@@ -189,6 +189,12 @@ def title(study: Study) -> str:
     return f"fabric-testbed {kind} report — {name or study.dir.name} ({study.dir.name})"
 
 
+def report_unless_skipped(d: str | Path) -> str:
+    """DIR's report.html as ``write_report`` writes it, or — for a run or sweep told --no-plots — why none was."""
+    from .plots import REPORT_SKIPPED, wanted
+    return str(write_report(d)) if wanted() else REPORT_SKIPPED
+
+
 def write_report(d: str | Path) -> Path:
     """Write DIR/report.html (self-contained) and DIR/report.md (+ DIR/report_files/); returns report.html's path."""
     study = load(d)

@@ -17,6 +17,18 @@ from .frames import flows_frame, links_frame
 from .summary import imbalance, traffic_window, uplinks
 
 
+PLOTS_ENV = "FTB_PLOTS"       # "0": runs draw no PNG and no HTML report (`testbed run --no-plots`)
+SKIPPED = "skipped (--no-plots or FTB_PLOTS=0): testbed report DIR draws them"
+REPORT_SKIPPED = "not written (--no-plots or FTB_PLOTS=0): testbed report DIR writes it"
+
+
+def wanted() -> bool:
+    """Whether a run draws its plots and report: drawing is most of a short run's writing time (≈ 0.2 s a PNG),
+    which a sweep of many runs or a test suite may leave to ``testbed report DIR`` (it draws them from the
+    CSVs)."""
+    return os.environ.get(PLOTS_ENV, "1") != "0"
+
+
 def _figure(w: float = 9.0, h: float = 5.0):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

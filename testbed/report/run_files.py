@@ -17,7 +17,7 @@ from ..dilation import COLLECTIVE_REAL, FLOW_REAL, LINK_REAL, real_columns
 from .files import ReportError, read_csv, read_manifest, write_csv, write_json
 from .frames import (cc_frame, collective_signals_frame, collectives_frame, controller_frame, failures_frame, flows_frame, int_frame, int_paths_frame,
                      links_frame, ordered, sm_frame, weights_frame)
-from .plots import _figure, _save, plots
+from .plots import SKIPPED, _figure, _save, plots, wanted
 from .summary import _num, summarize
 
 
@@ -48,9 +48,9 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
               collective_signals: Iterable[Mapping[str, Any]] | None = None) -> dict:
     """Write a run's result directory (created if needed) and return its summary row.
 
-    Order: links.csv, flows.csv, [collectives.csv, failures.csv, sm.csv], summary.csv, plots, then manifest.json
-    (with `files` and the summary inputs under `report_inputs`), so a manifest always describes files that
-    exist.
+    Order: links.csv, flows.csv, [collectives.csv, failures.csv, sm.csv], summary.csv, plots (unless
+    plots.wanted() says no: the manifest's ``plots`` says which), then manifest.json (with `files` and the
+    summary inputs under `report_inputs`), so a manifest always describes files that exist.
     """
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -91,8 +91,11 @@ def write_run(outdir: str | os.PathLike, manifest: Mapping[str, Any], links: Ite
         write_csv(outdir / INT_PATHS_CSV, int_paths_frame(int_df))
     row = summarize(links_df, flows_df, cpu, meta, coll_df, fail_df, int_df)
     write_csv(outdir / SUMMARY_CSV, _summary_frame(row))
-    plots(outdir, links_df, flows_df, int_df, cc_df)
+    drawn = wanted()
+    if drawn:
+        plots(outdir, links_df, flows_df, int_df, cc_df)
     m = dict(manifest or {})
+    m["plots"] = "drawn" if drawn else SKIPPED
     m[MANIFEST_INPUTS] = {"meta": dict(meta or {}), "cpu": dict(cpu or {})}
     m["files"] = sorted(set(_present(outdir)) | {MANIFEST})
     write_json(outdir / MANIFEST, m)
@@ -150,6 +153,7 @@ def report(outdir: str | os.PathLike) -> dict:
         write_csv(d / INT_PATHS_CSV, int_paths_frame(int_df))
     plots(d, links_df, flows_df, int_df, cc_df)
     if manifest is not None:
+        manifest["plots"] = "drawn"
         manifest["files"] = sorted(set(_present(d)) | {MANIFEST})
         write_json(d / MANIFEST, manifest)
     return row

@@ -84,8 +84,9 @@ class LocalBackend(Backend):
             # forked while this process runs no thread of its own yet; it plans the run's flows (the same plan
             # the traffic makes: workloads.plan is deterministic) before it says it is ready
             from ..controller.service import FabricController
-            from ..workloads import plan
-            flows = plan(scen.traffic, lab.topo, scen.seed, scen.duration / 1e9)
+            from ..workloads import plan, replay
+            flows = replay.schedule_flows(scen.traffic, lab.topo, scen.seed) if scen.traffic.scheduled else \
+                plan(scen.traffic, lab.topo, scen.seed, scen.duration / 1e9)
             self.fabric_controller = FabricController(lab.topo, scen, lab.name, flows, origin, lab.datapath)
             self.fabric_controller.on_fork = lab.recorder("fabric-controller")
             self.fabric_controller.start()

@@ -130,7 +130,7 @@ class TransferFlows:
                                 dst_addr=self.topo.address(dst, rail), sport=sport, dport=dport,
                                 proto=self.engine.proto, size_bytes=piece, rate_bps=tr.rate, start_s=start_s,
                                 engine=self.name, opts=self.opts, dscp=tr.wire_dscp, ecn=tr.ecn, prio=self.prio,
-                                rail=rail))
+                                rail=rail, qp=qp))
                 self.next_id += 1
         return out
 

@@ -77,7 +77,11 @@ def ask(path: str, flows: list[dict], timeout_s: float, tag: str, keep: bool = F
     """A host asks the controller at ``path`` for its flows' source ports (``flows``: an agent's flow dicts with
     ``flow_id`` and ``sport``); returns the ports it got, by flow id. A flow without an answer within
     ``timeout_s`` keeps its own port (it is not in the result). ``tag`` names this host's reply socket. With
-    ``keep`` the socket stays open and (ports, Steering) is returned (Steering None when the socket failed)."""
+    ``keep`` the socket stays open and (ports, Steering) is returned (Steering None when the socket failed).
+
+    The requests go out without blocking, the answers read as they come: a Unix datagram socket queues only
+    ``net.unix.max_dgram_qlen`` (10) datagrams, so a host that blocked sending its 36 requests while the
+    controller blocked answering into its full queue would wait on each other for ever."""
     me = Path(path).with_name(f"{Path(path).stem}-{tag}-{os.getpid()}.sock")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     got: dict[int, int] = {}
@@ -85,19 +89,18 @@ def ask(path: str, flows: list[dict], timeout_s: float, tag: str, keep: bool = F
     try:
         me.unlink(missing_ok=True)
         sock.bind(str(me))
-        for f in flows:
-            sock.sendto(request(f["flow_id"], f["sport"]), path)
+        sock.setblocking(False)
+        todo = [request(f["flow_id"], f["sport"]) for f in flows]
         end = time.monotonic() + timeout_s
-        while len(got) < len(flows):
-            left = end - time.monotonic()
-            if left <= 0 or not select.select([sock], [], [], left)[0]:
-                break
-            try:
-                msg = json.loads(sock.recv(4096))
-                if msg.get("v") == VERSION:
-                    got[int(msg["flow"])] = int(msg["sport"])
-            except (ValueError, KeyError, TypeError):
-                continue
+        while len(got) < len(flows) and (left := end - time.monotonic()) > 0:
+            while todo:
+                try:
+                    sock.sendto(todo[0], path)
+                except BlockingIOError:       # the controller's queue is full: read its answers meanwhile
+                    break
+                todo.pop(0)
+            if select.select([sock], [], [], min(left, 0.005) if todo else left)[0]:
+                _read_answers(sock, got)
         if keep:
             steering = Steering(sock, me)
     except OSError:
@@ -107,3 +110,19 @@ def ask(path: str, flows: list[dict], timeout_s: float, tag: str, keep: bool = F
             sock.close()
             me.unlink(missing_ok=True)
     return (got, steering) if keep else got
+
+
+def _read_answers(sock: socket.socket, got: dict[int, int]) -> None:
+    """Every answer waiting on the (non-blocking) socket, into ``got``."""
+    while True:
+        try:
+            msg = json.loads(sock.recv(4096))
+        except BlockingIOError:
+            return
+        except ValueError:
+            continue
+        try:
+            if msg.get("v") == VERSION:
+                got[int(msg["flow"])] = int(msg["sport"])
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue

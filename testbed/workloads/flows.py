@@ -60,6 +60,7 @@ class Flow:
     after_delay_s: float = 0.0
     adapt: Optional[str] = None      # the collective operation ("job.iteration") whose policy picks its port
     variant: int = 0                 # … and the ring order it belongs to, when the operation lays out several
+    qp: int = 0                      # the queue pair of its connection it goes over (qps_per_connection)
 
     @property
     def to_rail(self) -> int:

@@ -232,6 +232,14 @@ def flows_of(transfers: list[Transfer], traffic, topo, seed: int, prio=None,
     return flows, owner
 
 
+def schedule_flows(traffic, topo, seed: int) -> list:
+    """A schedule's flows as its run makes them (ids, pairs, rails, QPs; times undilated): what the fabric
+    controller plans before they start."""
+    origins: dict = {}
+    transfers = read(traffic.replay) if traffic.replay is not None else from_collectives(traffic, topo, seed, origins)
+    return flows_of(transfers, traffic, topo, seed, origins=origins)[0]
+
+
 def with_background(flows: list, owner: list, traffic, topo, seed: int, duration_s: float) -> None:
     """Add the pattern's open-loop flows (``pattern: poisson``) to a schedule's flows as background: numbered
     after them, a source port a schedule flow of the same host already uses moved to the next free one; their

@@ -47,6 +47,7 @@ def test_cluster_status_lists_both_machines_and_clean_spares_them(cluster):
     assert netns.exists("ftb-m0") and netns.exists("ftb-m1")
 
 
+@pytest.mark.plots
 def test_distributed_sweep_runs_on_both_machines_and_writes_the_local_tables(cluster, tmp_path):
     out = tmp_path / "sw"
     res = cli("sweep", "scenarios/default.yaml", "--vary", "switch.load_balancing=ecmp,spray", "--out", str(out),

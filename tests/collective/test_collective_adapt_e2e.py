@@ -4,7 +4,9 @@ connections (h0→h2, h1→h3) each hash one QP up that link. The hosts ask the 
 iteration's start; it reads the running switches' counters and its policy decides:
 
 - ``weighted-split`` sends those connections' flows on their other QP;
-- ``ring-order`` runs another of the 3 ring orders laid out (one whose ring edges avoid the link).
+- ``ring-order`` runs another of the 3 ring orders laid out (one whose ring edges avoid the link);
+- with ``controller.entropy: plan`` the fabric controller gives the ring's 8 QPs ports whose paths avoid the
+  link (its rate is in the plan's costs): the static ring needs no decision.
 
 Each is compared with the ``static`` policy — the same schedule, QPs, ports and helper round trip, no decision:
 every iteration finishes sooner, the hosts' senders really took the decided ports or ring (flows.csv,
@@ -59,6 +61,17 @@ def test_policies_leave_the_slow_link_and_shorten_every_iteration(tmp_path):
     assert set(sig["iteration"]) == {0, 1, 2} and len(slow) == 3 and (slow["capacity_bps"] == 2.5e6).all()
     ca = json.loads((d / "manifest.json").read_text())["collective_adapt"]
     assert ca["decisions"] == 3 and ca["requests"] == 3 * 4 and ca["static_flows"] == 0
+
+    # the fabric controller plans the ring's 8 QPs off the slow link: the static ring needs no decision
+    dc, ctl, cops = _run(tmp_path, "static-controller", "static", "controller.entropy=plan")
+    print(f"[codesign-degraded] static ring with controller.entropy plan: {ctl / static:.2f}× static")
+    assert ctl <= 0.35 * static and (cops["adapt_decisions"] == 0).all()
+    cfl = pd.read_csv(dc / "flows.csv")
+    planned = pd.read_csv(dc / "controller.csv").set_index("flow")["new"]      # what the controller answered
+    assert cfl["complete"].all() and (cfl["entropy"] == cfl["flow_id"].map(planned)).all()
+    assert cfl.groupby(["src", "dst"])["entropy"].nunique().le(2).all()     # 2 QPs per connection, one port each
+    cm = json.loads((dc / "manifest.json").read_text())["controller"]
+    assert cm["planned_flows"] == 8 and cm["fallbacks"] == 0 and cm["unknown_flows"] == 0
 
     assert (rops["adapt_ring"] == 1).all() and (rops["adapt_decisions"] == 6 * 4 * 2).all()
     rfl = pd.read_csv(dr / "flows.csv")

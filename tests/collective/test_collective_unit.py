@@ -123,7 +123,7 @@ def test_weighted_split_is_registered_and_refuses_one_qp():
     (["traffic.roce.entropy=packet"], r"traffic.collective.adapt: a policy gives each QP one source port"),
     (["traffic.jobs=[]", "traffic.pattern=permutation", "traffic.qps_per_connection=1"],
      r"traffic.collective.adapt: decides the operations"),
-    (["controller.entropy=plan"], r"controller.entropy: plans the pattern flows .* collectives"),
+    (["controller.entropy=adaptive"], r"controller.entropy: a collective.s or replay.s queue pairs are planned"),
     (["traffic.collective.adapt.interval=0"], r"traffic.collective.adapt.interval"),
 ])
 def test_bad_adapt_keys_are_one_line_errors(sets, match):
@@ -141,6 +141,26 @@ def test_flows_of_adapted_operations_name_them_and_keep_their_qp_ports():
     assert ops["ring.0"].qp_ports() == ops["ring.2"].qp_ports()
     static, _ = scheduled_operations(scenario.load(DEGRADED, ["traffic.collective.adapt=null"]), topo)
     assert static == []
+
+
+def test_the_controller_plans_the_rings_queue_pairs_off_the_slow_link():
+    """controller.entropy plan on codesign-degraded: the 8 QPs (4 ring edges × 2) are planned once each, every
+    transfer on a QP gets its port, none crosses leaf0–spine1 (2.5 of 10 Mbit/s: 4× the utilisation of sharing
+    a fast uplink), and the collective helper sees the same ports (one plan, computed by both helpers)."""
+    from testbed.controller.connections import planned_run
+    from testbed.workloads.replay import schedule_flows
+    scen, topo, model = _fabric(sets=["controller.entropy=plan"])
+    flows = schedule_flows(scen.traffic, topo, scen.seed)
+    run = planned_run(scen, topo, flows)
+    assert run.scheduled and len(run.known) == 8 and len(run.planner.chosen) == 8
+    slow = _slow(topo)
+    by_qp: dict = {}
+    for f in flows:
+        by_qp.setdefault((f.src, f.dst, f.rail, f.qp), set()).add(run.port(f.flow_id))
+        assert not set(model.path(run.known[run.key_of[f.flow_id]], run.port(f.flow_id))) & slow
+    assert len(by_qp) == 8 and all(len(p) == 1 for p in by_qp.values())
+    _, ops = scheduled_operations(scen, topo)
+    assert all(f.sport == run.port(f.flow_id) for op in ops.values() for f in op.flows)
 
 
 def test_wire_ratio_counts_every_packets_headers():

@@ -16,7 +16,7 @@ import pytest
 
 from testbed import scenario, topology
 from testbed.controller import PathModel, Planner
-from testbed.controller.service import plan_flow
+from testbed.controller.connections import plan_flow
 from testbed.workloads import plan
 
 from conftest import guarded_run

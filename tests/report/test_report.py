@@ -11,6 +11,8 @@ import pytest
 
 from testbed import report as rp
 
+pytestmark = pytest.mark.plots
+
 RATE = 100_000_000  # 100 Mbit/s
 IV = 0.5            # telemetry interval (s)
 

@@ -20,6 +20,8 @@ from testbed import report as rp
 from testbed import scenario, topology
 from testbed.report import document, figures, graph, stats, study
 
+pytestmark = pytest.mark.plots
+
 RATE = 100_000_000          # 100 Mbit/s
 IV = 0.5                    # s per sample
 SCEN = {"name": "synth", "duration": "2s",

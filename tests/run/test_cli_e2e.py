@@ -71,14 +71,26 @@ def test_run_writes_the_results_contract(tmp_path):
     assert netns.list_names(f"{netns.PREFIX}{lab}-") == []
 
 
-def test_report_regenerates_summary(tmp_path):
+def test_report_regenerates_summary_and_draws_what_a_no_plots_run_left_out(tmp_path, monkeypatch):
+    """`run --no-plots` (even where FTB_PLOTS asks for plots) writes no PNG and no report, and its manifest says
+    so; `testbed report` then draws both from the CSVs and recomputes summary.csv as it was."""
+    monkeypatch.setenv("FTB_PLOTS", "1")
     out = tmp_path / "run"
-    assert run_cli("run", "scenarios/default.yaml", "--out", str(out), *SMALL).returncode == 0
+    res = run_cli("run", "scenarios/default.yaml", "--out", str(out), "--no-plots", *SMALL)
+    assert res.returncode == 0, res.stderr
+    assert "report: not written (--no-plots" in res.stdout
+    assert not list(out.glob("*.png")) and not (out / "report.html").exists()
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["plots"].startswith("skipped") and not [f for f in m["files"] if f.endswith(".png")]
     before = (out / "summary.csv").read_text()
     (out / "summary.csv").unlink()
+    monkeypatch.setenv("FTB_PLOTS", "0")                   # `report` draws whatever the environment says
     res = run_cli("report", str(out))
     assert res.returncode == 0, res.stderr
     assert (out / "summary.csv").read_text() == before
+    assert {p.name for p in out.glob("*.png")} >= {"uplink_util.png", "fct_cdf.png"} and (out / "report.html").is_file()
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["plots"] == "drawn" and "fct_cdf.png" in m["files"]
     _one_line_error(run_cli("report", str(tmp_path / "nothing")))
 
 

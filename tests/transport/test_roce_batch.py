@@ -160,8 +160,7 @@ def _send_flow(size, n_ent, ce_prob, mode, rate=None, entropy="packet", ext=Fals
 
 def _link_stats(veth) -> str:
     """Both ends' counters and qdiscs, and each CPU's receive backlog drops (/proc/net/softnet_stat: processed,
-    dropped, time squeezed, in hex), for a failure message: where did the packets go? (A hog pass once showed
-    92 of 98 dropped in veth_xmit on a noqueue veth.)"""
+    dropped, time squeezed, in hex), for a failure message: where did the packets go?"""
     out = []
     for ns in (veth.a, veth.b):
         for cmd in (["ip", "-s", "link"], ["tc", "-s", "qdisc"]):
@@ -169,6 +168,16 @@ def _link_stats(veth) -> str:
     with open("/proc/net/softnet_stat") as f:
         out.append("softnet_stat (per CPU: processed dropped squeezed …):\n" + f.read())
     return "\n".join(out)
+
+
+def _tx_dropped(ns: str, dev: str) -> int:
+    """The veth's own count of packets it dropped on transmit (veth_xmit, and a stopped or down noqueue device):
+    a loaded machine has dropped a burst there (hog pass F: 92 of 98, every one counted), which is the kernel's
+    loss, not the batched path's."""
+    import json
+    out = subprocess.run(["ip", "-n", ns, "-s", "-j", "link", "show", dev], capture_output=True, text=True,
+                         check=True).stdout
+    return int(json.loads(out)[0]["stats64"]["tx"]["dropped"])
 
 
 def _received(cap, want, patience=5.0):
@@ -193,18 +202,25 @@ def test_requester_sprays_exact_packets_over_every_port(veth, mode, entropy, ext
     """A sprayed flow through the batched path: every packet arrives once, with a valid ICRC, the source port
     the round-robin policy gives its PSN (nothing resent: send order = PSN order), all 8 ports used, CE on about ce_prob of them, and the bytes are the flow's."""
     size = 100_000 + 3                                   # 7 messages, a short last one with pad
-    sinks = [netns.run_in(veth.b, _sink, B_ADDR)]
-    cap = netns.run_in(veth.b, _capture, veth.b, B_ADDR)
-    try:
-        stats, ports, _ = netns.run_in(veth.a, _send_flow, size, 8, 0.25, mode, None, entropy, ext)
-        got = _received(cap, len(ports))
-    finally:
-        cap.close()
-        sinks[0].close()
-    lay_npk = len(ports)
-    assert stats["error"] is None and stats["packets_sent"] == lay_npk and stats["retrans"] == 0
-    if len(got) != lay_npk:
-        pytest.fail(f"captured {len(got)} of {lay_npk} packets sent; the link:\n{_link_stats(veth)}")
+    for attempt in range(3):
+        dropped = _tx_dropped(veth.a, "va")
+        sinks = [netns.run_in(veth.b, _sink, B_ADDR)]
+        cap = netns.run_in(veth.b, _capture, veth.b, B_ADDR)
+        try:
+            stats, ports, _ = netns.run_in(veth.a, _send_flow, size, 8, 0.25, mode, None, entropy, ext)
+            got = _received(cap, len(ports))
+        finally:
+            cap.close()
+            sinks[0].close()
+        lay_npk = len(ports)
+        assert stats["error"] is None and stats["packets_sent"] == lay_npk and stats["retrans"] == 0
+        lost, in_veth = lay_npk - len(got), _tx_dropped(veth.a, "va") - dropped
+        if lost == 0:
+            break
+        if not (0 < lost <= in_veth and attempt < 2):
+            pytest.fail(f"captured {len(got)} of {lay_npk} packets sent ({in_veth} counted as dropped by the "
+                        f"sending veth); the link:\n{_link_stats(veth)}")
+        print(f"\nthe sending veth dropped {in_veth} packets (the kernel's count; {lost} missing): sent again")
     region = bytearray(size)
     seen, ce, sports = set(), 0, set()
     for p in got:
