@@ -315,7 +315,10 @@ def test_spray_needs_the_ooo_receiver(lab):
     lb = _roce_lab(lab, "spray", host_rate="400mbit")
     gbn, = _transfer(lb, receiver="gbn")
     ooo, = _transfer(lb, receiver="ooo")
-    assert gbn.checksum_ok and ooo.checksum_ok
+    assert ooo.complete and ooo.checksum_ok, ooo
+    # go-back-N may not finish in the 10 s: beside the FTB_STRESS hog it once rewound so often that it sent 134×
+    # the message and delivered 84 % of it (hog pass K) — that collapse is the point; wrong data never is
+    assert gbn.checksum_ok or not gbn.complete, gbn
     n_pk = -(-(4 << 20) // 1024)
     assert gbn.reordered > 0.05 * n_pk                     # the path really reorders
     assert gbn.retrans > 0.2 * n_pk, gbn                   # go-back-N resends a large share of the message
