@@ -161,10 +161,10 @@ def test_swift_and_timely_share_a_7_to_1_incast_and_every_flow_completes(tmp_pat
     assert {"swift", "hpcc", "nscc"} <= set(lossless), sorted(lossless)   # timely: a few drops some runs
     for cc, (flows, row) in lossless.items():
         assert_few_spurious(flows, row, f"incast 7→1 {cc}")
-    # swift 1.04–1.08 × ideal, timely 1.13–1.19 (its drops); timely 1.33 once beside the FTB_STRESS hog, two of
-    # its flows timing out after 264 drops (each waits one RTO, ~0.2 s here)
-    # swift 1.04–1.08 × over 29 runs alone; beside the FTB_STRESS hog 1.03–1.16 over 9 valid runs (once in 9 one
-    # sender of 7 ended at 1.23 Mbit/s while another took 2.08: a straggler the guard does not see)
+    # swift 1.04–1.08 × ideal over 29 runs alone; beside the FTB_STRESS hog 1.03–1.16 over 9 valid runs (once in 9
+    # one sender of 7 ended at 1.23 Mbit/s while another took 2.08: a straggler the guard does not see). timely
+    # 1.13–1.19 (its drops); 1.33 once beside the hog, two of its flows timing out after 264 drops (each waits one
+    # RTO, ~0.2 s here)
     assert ratio["swift"] <= 1.2 and ratio["timely"] <= 1.4, ratio
 
 
